@@ -1,0 +1,5 @@
+"""`python -m conductor` is the `conductor` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,286 @@
+"""The chain file: parse, validate and resolve `chain.toml` before anything runs.
+
+Every problem is reported as a `ChainError` naming the file, the key and,
+where it can be found, the line; nothing is spawned for a bad file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+__all__ = ["Chain", "ChainError", "ComponentSpec", "load_chain"]
+
+TOP_KEYS = {"name", "proxy", "agent"}
+COMPONENT_KEYS = {"name", "command", "plugin", "options", "env", "cwd", "dialect", "url", "headers"}
+DIALECTS = ("auto", "underscore", "plain")
+PYTHON_NAMES = {"python", "python3"}
+
+
+class ChainError(Exception):
+    """A chain file problem, already phrased for the user."""
+
+    def __init__(self, path: Path, message: str, key: str | None = None, line: int | None = None):
+        where = str(path)
+        if line is not None:
+            where += f", line {line}"
+        if key is not None:
+            where += f", key '{key}'"
+        super().__init__(f"{where}: {message}")
+
+
+@attrs.frozen
+class ComponentSpec:
+    """One resolved component: a proxy or the agent."""
+
+    name: str
+    role: str  # "proxy" or "agent"
+    command: tuple[str, ...]
+    env: dict[str, str] = attrs.field(factory=dict)
+    cwd: Path | None = None
+    dialect: str = "auto"
+
+    def describe(self) -> str:
+        parts = [f"{self.role} {self.name!r}: {' '.join(self.command)}"]
+        if self.cwd is not None:
+            parts.append(f"cwd={self.cwd}")
+        if self.env:
+            parts.append("env=" + ",".join(sorted(self.env)))
+        if self.role == "proxy":
+            parts.append(f"dialect={self.dialect}")
+        return "  ".join(parts)
+
+
+@attrs.frozen
+class Chain:
+    """A validated chain: proxies nearest the editor first, then the agent (or none)."""
+
+    path: Path
+    name: str
+    proxies: tuple[ComponentSpec, ...]
+    agent: ComponentSpec | None
+
+    @property
+    def proxy_mode(self) -> bool:
+        """Without an agent the conductor itself runs as a proxy in another chain."""
+        return self.agent is None
+
+    @property
+    def components(self) -> tuple[ComponentSpec, ...]:
+        return self.proxies + ((self.agent,) if self.agent is not None else ())
+
+    def describe(self) -> str:
+        lines = [f"chain {self.name!r} ({self.path})"]
+        lines += [f"  {i}. {c.describe()}" for i, c in enumerate(self.components, 1)]
+        if self.proxy_mode:
+            lines.append("  (no agent: runs as a proxy, forwarding past its last proxy)")
+        return "\n".join(lines)
+
+
+def load_chain(path: str | os.PathLike[str]) -> Chain:
+    """Read and validate a chain file; raise ChainError on any problem."""
+    path = Path(path).absolute()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ChainError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ChainError(path, f"cannot read the file ({exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ChainError(path, f"invalid TOML: {exc}") from None
+    return _Resolver(path, text).chain(data)
+
+
+@attrs.define
+class _Resolver:
+    path: Path
+    text: str
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def fail(
+        self, message: str, key: str | None = None, section: tuple[str, int] | None = None
+    ) -> ChainError:
+        return ChainError(self.path, message, key, self.line_of(key, section))
+
+    def line_of(self, key: str | None, section: tuple[str, int] | None) -> int | None:
+        """Best-effort line number of `key` inside a section, or of the section itself."""
+        lines = self.text.splitlines()
+        start, end = 0, len(lines)
+        if section is not None:
+            table, index = section
+            header = re.compile(
+                r"^\s*\[\[\s*proxy\s*\]\]" if table == "proxy" else r"^\s*\[\s*agent\s*\]"
+            )
+            hits = [i for i, line in enumerate(lines) if header.match(line)]
+            if index < len(hits):
+                start = hits[index]
+                following = [
+                    i for i, ln in enumerate(lines) if i > start and re.match(r"^\s*\[", ln)
+                ]
+                end = following[0] if following else len(lines)
+                if key is None:
+                    return start + 1
+        if key is None:
+            return None
+        pattern = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*=")
+        for i in range(start, end):
+            if pattern.match(lines[i]):
+                return i + 1
+        return start + 1 if section is not None and start < len(lines) else None
+
+    def chain(self, data: dict[str, Any]) -> Chain:
+        for key in data:
+            if key not in TOP_KEYS:
+                raise self.fail(f"unknown key; expected one of {sorted(TOP_KEYS)}", key)
+        name = data.get("name", self.path.stem)
+        if not isinstance(name, str):
+            raise self.fail("must be a string", "name")
+        raw_proxies = data.get("proxy", [])
+        if not isinstance(raw_proxies, list) or not all(isinstance(p, dict) for p in raw_proxies):
+            raise self.fail("must be an array of tables, written [[proxy]]", "proxy")
+        proxies = [self.component(p, "proxy", i) for i, p in enumerate(raw_proxies)]
+        agent = None
+        if "agent" in data:
+            if not isinstance(data["agent"], dict):
+                raise self.fail("must be a table, written [agent]", "agent")
+            agent = self.component(data["agent"], "agent", 0)
+        if agent is None and not proxies:
+            raise self.fail(
+                "the chain has no [agent] and no [[proxy]]: add an [agent] with a command "
+                "(a chain without [agent] runs as a proxy and needs at least one proxy)"
+            )
+        components = _unique_names(proxies + ([agent] if agent else []))
+        return Chain(
+            path=self.path,
+            name=name,
+            proxies=tuple(components[: len(proxies)]),
+            agent=components[-1] if agent else None,
+        )
+
+    def component(self, table: dict[str, Any], role: str, index: int) -> ComponentSpec:
+        section = (role, index)
+        label = f"[[proxy]] #{index + 1}" if role == "proxy" else "[agent]"
+        for key in table:
+            if key not in COMPONENT_KEYS:
+                raise self.fail(
+                    f"unknown key in {label}; expected one of {sorted(COMPONENT_KEYS)}",
+                    key,
+                    section,
+                )
+        if "plugin" in table and "command" in table:
+            raise self.fail(f"{label} has both 'plugin' and 'command'; give one", "plugin", section)
+        if "plugin" in table:
+            raise self.fail(
+                f"{label}: in-process plugins are not supported by this version yet; "
+                "run the proxy as a command instead",
+                "plugin",
+                section,
+            )
+        if "url" in table:
+            raise self.fail(
+                f"{label}: remote components (url) are not supported by this version yet",
+                "url",
+                section,
+            )
+        if "command" not in table:
+            raise self.fail(f"{label} needs a 'command' (an argument list)", "command", section)
+        env = table.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise self.fail(f"{label}: 'env' must be a table of strings", "env", section)
+        cwd = None
+        if "cwd" in table:
+            if not isinstance(table["cwd"], str):
+                raise self.fail(f"{label}: 'cwd' must be a string", "cwd", section)
+            cwd = (self.folder / table["cwd"]).resolve()
+            if not cwd.is_dir():
+                raise self.fail(f"{label}: 'cwd' {str(cwd)!r} is not a folder", "cwd", section)
+        dialect = table.get("dialect", "auto")
+        if dialect not in DIALECTS:
+            raise self.fail(
+                f"{label}: 'dialect' must be one of {list(DIALECTS)}", "dialect", section
+            )
+        if role == "agent" and "dialect" in table:
+            raise self.fail("[agent]: 'dialect' applies to proxies only", "dialect", section)
+        command = self.command(table["command"], env, label, section)
+        name = table.get("name") or _default_name(table["command"], role)
+        if not isinstance(name, str) or name == "editor":
+            raise self.fail(
+                f"{label}: 'name' must be a string other than 'editor'", "name", section
+            )
+        return ComponentSpec(
+            name=name, role=role, command=command, env=env, cwd=cwd, dialect=dialect
+        )
+
+    def command(
+        self, value: Any, env: dict[str, str], label: str, section: tuple[str, int]
+    ) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+            raise self.fail(
+                f"{label}: 'command' must be a non-empty list of strings, "
+                'e.g. ["python3", "-m", "conductor.demo_agent"] (it is never run through a shell)',
+                "command",
+                section,
+            )
+        program, args = value[0], value[1:]
+        if program in PYTHON_NAMES:
+            program = sys.executable
+        elif "/" in program:
+            resolved = (self.folder / program).resolve()
+            if not (resolved.is_file() and os.access(resolved, os.X_OK)):
+                raise self.fail(
+                    f"{label}: executable not found: {str(resolved)!r}", "command", section
+                )
+            program = str(resolved)
+        else:
+            search = env.get("PATH", os.environ.get("PATH", os.defpath))
+            found = shutil.which(program, path=search)
+            if found is None:
+                raise self.fail(
+                    f"{label}: executable {program!r} not found on PATH", "command", section
+                )
+            program = found
+        return (program, *(self._arg(a) for a in args))
+
+    def _arg(self, arg: str) -> str:
+        """Arguments naming an existing file relative to the chain file become absolute."""
+        if arg.startswith("-") or os.path.isabs(arg) or "/" not in arg:
+            return arg
+        candidate = self.folder / arg
+        return str(candidate.resolve()) if candidate.exists() else arg
+
+
+def _default_name(command: list[str], role: str) -> str:
+    """A short name from the command: the module or script it runs."""
+    args = [a for a in command if not a.startswith("-")]
+    if args and Path(args[0]).name in PYTHON_NAMES | {Path(sys.executable).name}:
+        args = args[1:]
+    if not args:
+        return role
+    tail = args[0].rstrip("/").split("/")[-1]
+    if tail.endswith(".py"):
+        tail = tail[:-3]
+    return tail.split(".")[-1] or role
+
+
+def _unique_names(components: list[ComponentSpec]) -> list[ComponentSpec]:
+    seen: dict[str, int] = {}
+    out = []
+    for component in components:
+        count = seen.get(component.name, 0) + 1
+        seen[component.name] = count
+        out.append(
+            component if count == 1 else attrs.evolve(component, name=f"{component.name}-{count}")
+        )
+    return out

@@ -1,0 +1,131 @@
+"""The `conductor` command line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+import trio
+
+from . import __version__
+from .chain import Chain, ChainError, load_chain
+
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+EPILOG = """\b
+Quick start:
+  conductor prompt chains/demo.toml "hello"
+Editor entry (Zed agent_servers):
+  {"command": "conductor", "args": ["run", "/abs/path/chain.toml"]}
+"""
+
+
+def _setup_logging(level: str, log_file: str | None) -> None:
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("[conductor] %(levelname)s %(message)s"))
+    root = logging.getLogger("conductor")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def _load(path: str) -> Chain:
+    """Load a chain file or exit with status 2 and a one-paragraph error."""
+    try:
+        return load_chain(path)
+    except ChainError as exc:
+        click.echo(f"conductor: {exc}", err=True)
+        sys.exit(2)
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="conductor")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="How much the conductor itself reports (to stderr or --log-file).",
+)
+@click.option("--log-file", type=click.Path(dir_okay=False), help="Write the conductor's log here instead of stderr.")
+def cli(log_level: str, log_file: str | None) -> None:
+    """Run chains of ACP proxies in front of an ACP agent, presented to an editor as one agent.
+
+    A chain file (TOML) lists [[proxy]] components, nearest the editor first,
+    and one [agent]; see the README for its keys.
+    """
+    _setup_logging(log_level, log_file)
+
+
+@cli.command()
+@click.argument("chain", type=click.Path(dir_okay=False))
+@click.option("--grace", type=float, default=2.0, show_default=True, help="Seconds children get to exit after their stdin closes.")
+def run(chain: str, grace: float) -> None:
+    """Run CHAIN as one ACP agent over stdin/stdout (what an editor launches).
+
+    Components start on the first `initialize`. Stdout carries JSON-RPC only;
+    every component's stderr is forwarded to stderr prefixed with its name.
+    Exits 0 when the editor closes stdin (or on SIGTERM/SIGINT), 1 when a
+    component dies, 2 for a bad chain file.
+    """
+    from .runner import ChainRunner
+
+    loaded = _load(chain)
+    code = trio.run(lambda: ChainRunner(loaded, grace=grace, reap_orphans=True).run())
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("chain", type=click.Path(dir_okay=False))
+def check(chain: str) -> None:
+    """Validate CHAIN and print the resolved chain (exit status 2 if it is bad).
+
+    Nothing is started: commands are resolved (python/python3 mean the
+    interpreter running the conductor; relative paths are taken from the chain
+    file's folder) and checked to exist.
+    """
+    click.echo(_load(chain).describe())
+
+
+@cli.command()
+@click.argument("chain", type=click.Path(dir_okay=False))
+@click.argument("text", nargs=-1, required=True)
+@click.option("--yes", "permission", flag_value="yes", help="Allow every permission request.")
+@click.option("--no", "permission", flag_value="no", help="Reject every permission request.")
+@click.option(
+    "--protocol",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="ACP protocol version to request (1, or 2 for the draft v2).",
+)
+@click.option("--session-cwd", type=click.Path(file_okay=False), help="Working folder for the session (default: here).")
+def prompt(chain: str, text: tuple[str, ...], permission: str | None, protocol: int, session_cwd: str | None) -> None:
+    """Try CHAIN without an editor: send TEXT as a prompt and stream the reply.
+
+    Each TEXT argument is sent as its own prompt in one session. The reply
+    goes to stdout, everything else (tool calls, stop reason) to stderr.
+    Permission requests are asked on the terminal unless --yes or --no.
+    Exit status: 0 for end_turn, 3 max tokens, 4 refusal, 5 cancelled, 1 error.
+    """
+    from .prompt import PromptOptions, run_prompt
+
+    _load(chain)
+    root = logging.getLogger("conductor")
+    options = PromptOptions(
+        chain=Path(chain).absolute(),
+        texts=list(text),
+        protocol=protocol,
+        permission=permission or "ask",
+        cwd=str(Path(session_cwd).absolute()) if session_cwd else str(Path.cwd()),
+        conductor_args=["--log-level", logging.getLevelName(root.level).lower()],
+    )
+    sys.exit(run_prompt(options))
+
+
+def main() -> None:
+    cli(prog_name="conductor")

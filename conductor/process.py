@@ -1,0 +1,241 @@
+"""Child processes of the chain: spawning, stderr forwarding, exit, and a clean kill.
+
+Each child runs in its own process group so that the whole group (its own
+children included) can be terminated at shutdown. On Linux the conductor is
+also a child subreaper, so grandchildren orphaned by a dying child are
+re-parented to it and can still be found and killed.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+
+import trio
+
+from .chain import ComponentSpec
+
+log = logging.getLogger("conductor")
+
+STDERR_TAIL_LINES = 20
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (Linux), so none can outlive the conductor unseen."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        log.debug("could not become a child subreaper")
+
+
+class ChildProcess:
+    """One spawned component with pipes on stdin, stdout and stderr."""
+
+    def __init__(self, spec: ComponentSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        env = None
+        if spec.env:
+            env = {**os.environ, **spec.env}
+        try:
+            self.popen = subprocess.Popen(
+                spec.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=spec.cwd,
+                bufsize=0,
+                close_fds=True,
+                process_group=0,
+            )
+        except OSError as exc:
+            raise OSError(f"cannot start {spec.role} {spec.name!r} ({spec.command[0]}): {exc.strerror or exc}") from exc
+        assert self.popen.stdin and self.popen.stdout and self.popen.stderr
+        self.stdin = self.popen.stdin.fileno()
+        self.stdout = self.popen.stdout.fileno()
+        self.stderr = self.popen.stderr.fileno()
+        for fd in (self.stdin, self.stdout, self.stderr):
+            os.set_blocking(fd, False)
+        self.pid = self.popen.pid
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.exited = trio.Event()
+        self.stderr_done = trio.Event()
+        self.returncode: int | None = None
+        log.info("started %s %r (pid %d): %s", spec.role, spec.name, self.pid, " ".join(spec.command))
+
+    async def watch_exit(self) -> None:
+        """Wait for the process to exit and record its status."""
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            pidfd = None
+        try:
+            if pidfd is not None:
+                await trio.lowlevel.wait_readable(pidfd)
+            else:
+                while self.popen.poll() is None:
+                    await trio.sleep(0.05)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        self.returncode = self.popen.wait()
+        log.info("%s %r exited with status %s", self.spec.role, self.name, self.returncode)
+        self.exited.set()
+
+    async def forward_stderr(self, sink: StderrSink) -> None:
+        """Copy the child's stderr to ours, a line at a time, prefixed with its name."""
+        prefix = f"[{self.name}] "
+        pending = b""
+        try:
+            while True:
+                try:
+                    data = os.read(self.stderr, 65536)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(self.stderr)
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    text = line.decode("utf-8", "replace").rstrip("\r")
+                    self.stderr_tail.append(text)
+                    sink.write(prefix + text)
+            if pending:
+                text = pending.decode("utf-8", "replace")
+                self.stderr_tail.append(text)
+                sink.write(prefix + text)
+        finally:
+            self.stderr_done.set()
+
+    def describe_exit(self) -> str:
+        code = self.returncode
+        if code is None:
+            return "closed its output"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def close_stdin(self) -> None:
+        assert self.popen.stdin is not None
+        try:
+            trio.lowlevel.notify_closing(self.stdin)
+        except Exception:
+            pass
+        try:
+            self.popen.stdin.close()
+        except OSError:
+            pass
+
+    def signal_group(self, signum: int) -> None:
+        """Signal the child's whole process group (its own children included)."""
+        try:
+            os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            if self.returncode is None:
+                try:
+                    os.kill(self.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def close_pipes(self) -> None:
+        for stream in (self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                try:
+                    trio.lowlevel.notify_closing(stream.fileno())
+                except (ValueError, OSError):
+                    pass
+                stream.close()
+
+
+class StderrSink:
+    """Writes lines to our stderr. A blocked stderr must never stall routing, so
+    lines are written without blocking and dropped (with a count) when it is full."""
+
+    def __init__(self, fd: int = 2) -> None:
+        self.fd = fd
+        self.dropped = 0
+
+    def write(self, text: str) -> None:
+        data = (text + "\n").encode("utf-8", "replace")
+        try:
+            os.write(self.fd, data)
+        except BlockingIOError:
+            self.dropped += 1
+        except OSError:
+            pass
+
+
+async def stop_processes(children: Iterable[ChildProcess], grace: float = 2.0, term_grace: float = 1.0) -> None:
+    """Close stdin, wait `grace`, SIGTERM the groups, wait, then SIGKILL whatever is left."""
+    children = list(children)
+    for child in children:
+        child.close_stdin()
+    with trio.move_on_after(grace):
+        for child in children:
+            await child.exited.wait()
+    running = [c for c in children if not c.exited.is_set()]
+    for child in children:
+        # Also reaches grandchildren left in the group by a child that exited.
+        child.signal_group(signal.SIGTERM)
+    if running:
+        log.info("terminating %s", ", ".join(c.name for c in running))
+        with trio.move_on_after(term_grace):
+            for child in running:
+                await child.exited.wait()
+    for child in children:
+        child.signal_group(signal.SIGKILL)
+    with trio.move_on_after(term_grace):
+        for child in children:
+            await child.exited.wait()
+    kill_adopted_orphans()
+
+
+def kill_adopted_orphans() -> None:
+    """Kill and reap descendants that were re-parented to us (we are their subreaper)."""
+    if not sys.platform.startswith("linux"):
+        return
+    me = os.getpid()
+    for pid in _children_of(me):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    for pid in _children_of(me):
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _children_of(parent: int) -> list[int]:
+    try:
+        with open(f"/proc/{parent}/task/{parent}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    if int(fields[1]) == parent:
+                        pids.append(int(entry))
+                except (OSError, IndexError, ValueError):
+                    continue
+        return pids

@@ -1,0 +1,585 @@
+"""Routing between the editor, the proxies and the agent, as a plain state machine.
+
+The router owns no I/O. It is fed one line at a time with the link it came
+from, and answers by calling `Link.send` with the lines each peer must get.
+The runtime decides how bytes move; this module decides where they go.
+
+Positions: node 0 is the editor, nodes 1..k the proxies, node k+1 the agent.
+In proxy mode (no agent) node k+1 is the conductor's own successor, reached
+through the editor link with messages wrapped in the successor envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from . import wire
+from .wire import Message
+
+log = logging.getLogger("conductor")
+
+INITIALIZE = "initialize"
+PROXY_INITIALIZE = ("_proxy/initialize", "proxy/initialize")
+SUCCESSOR = ("_proxy/successor", "proxy/successor")
+CANCEL = "$/cancel_request"
+UNDERSCORE = (b'"_proxy/initialize"', b'"_proxy/successor"')
+PLAIN = (b'"proxy/initialize"', b'"proxy/successor"')
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+SUPPORTED_VERSIONS = (1, 2)
+
+
+class SpawnError(Exception):
+    """Starting the chain's components failed; the message names the component."""
+
+
+class Link:
+    """One connection the conductor owns, and the bookkeeping for its hop."""
+
+    __slots__ = (
+        "dialect",
+        "failure",
+        "incoming",
+        "init_method",
+        "is_proxy",
+        "name",
+        "next_id",
+        "pending",
+        "send",
+        "wrapper",
+    )
+
+    def __init__(
+        self, name: str, send: Callable[[bytes], None], is_proxy: bool, dialect: str = "auto"
+    ) -> None:
+        self.name = name
+        self.send = send  # accepts one line without its newline; never blocks
+        self.is_proxy = is_proxy
+        self.dialect = dialect
+        self.init_method, self.wrapper = PLAIN if dialect == "plain" else UNDERSCORE
+        self.next_id = 0
+        self.pending: dict[int, Route] = {}  # our request id on this link -> way back
+        self.incoming: dict[Any, tuple[Link, int]] = {}  # its request id -> our forwarded request
+        self.failure: dict[str, Any] | None = None
+
+    def allocate(self, route: Route) -> bytes:
+        self.next_id += 1
+        self.pending[self.next_id] = route
+        return str(self.next_id).encode()
+
+    def use_dialect(self, method: str) -> None:
+        """Answer a proxy in the form it uses."""
+        self.init_method, self.wrapper = UNDERSCORE if method[0] == "_" else PLAIN
+
+    def __repr__(self) -> str:
+        return f"<Link {self.name}>"
+
+
+class Batch:
+    """Collects the responses to one batch from the editor into one array."""
+
+    __slots__ = ("expected", "link", "responses", "sealed")
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.expected = 0
+        self.responses: list[bytes] = []
+        self.sealed = False
+
+    def add(self, line: bytes) -> None:
+        self.responses.append(line)
+        self._maybe_send()
+
+    def seal(self) -> None:
+        self.sealed = True
+        self._maybe_send()
+
+    def _maybe_send(self) -> None:
+        if self.sealed and len(self.responses) == self.expected and self.expected:
+            self.link.send(b"[" + b",".join(self.responses) + b"]")
+            self.expected = 0
+
+
+class Route:
+    """Where the response to a forwarded request must go, and what to check on the way."""
+
+    __slots__ = ("batch", "expect_version", "origin", "origin_id", "origin_key", "retry")
+
+    def __init__(
+        self,
+        origin: Link,
+        origin_id: bytes,
+        origin_key: Any,
+        batch: Batch | None = None,
+        expect_version: int | None = None,
+        retry: tuple[int, bytes | None] | None = None,
+    ) -> None:
+        self.origin = origin
+        self.origin_id = origin_id
+        self.origin_key = origin_key
+        self.batch = batch
+        self.expect_version = expect_version
+        self.retry = retry  # (target node, params) for the dialect fallback
+
+
+class Router:
+    """Routes every message between the links of one chain instance."""
+
+    def __init__(
+        self,
+        editor: Link,
+        proxy_mode: bool,
+        start_chain: Callable[[], list[Link]],
+    ) -> None:
+        self.editor = editor
+        self.proxy_mode = proxy_mode
+        self._start_chain = start_chain
+        self.nodes: list[Link] = [editor]
+        self.started = False
+        self.initialized = False
+        self.initializing = False
+        self.version: int | None = None
+        self._node_of: dict[Link, int] = {editor: 0}
+
+    # ----------------------------------------------------------------- setup
+
+    def _start(self) -> None:
+        links = self._start_chain()
+        self.nodes = [self.editor, *links]
+        if self.proxy_mode:
+            self.nodes.append(self.editor)
+        for index, link in enumerate(self.nodes[1:-1] if self.proxy_mode else self.nodes[1:], 1):
+            self._node_of[link] = index
+        self.started = True
+
+    @property
+    def last(self) -> int:
+        return len(self.nodes) - 1
+
+    # ------------------------------------------------------------- receiving
+
+    def receive(self, link: Link, line: bytes) -> None:
+        """Route one line that arrived on `link`."""
+        try:
+            obj = wire.parse(line)
+        except wire.ParseError as exc:
+            if link is self.editor:
+                link.send(wire.error_response(b"null", PARSE_ERROR, "Parse error", str(exc))[:-1])
+            else:
+                log.warning("%s wrote a line that is not JSON (dropped): %.200r", link.name, line)
+            return
+        if type(obj) is dict:
+            self._dispatch(link, Message(line, obj), None)
+        elif type(obj) is list:
+            self._batch(link, line, obj)
+        else:
+            self._invalid(link, None, b"null", "a JSON-RPC message must be an object or an array")
+
+    def _batch(self, link: Link, line: bytes, items: list[Any]) -> None:
+        if not items:
+            self._invalid(link, None, b"null", "empty batch")
+            return
+        batch = Batch(link) if link is self.editor else None
+        for (start, end), obj in zip(wire.array_items(line), items, strict=True):
+            if type(obj) is dict:
+                self._dispatch(link, Message(line[start:end], obj), batch)
+            else:
+                self._invalid(link, batch, b"null", "a batch entry must be an object")
+        if batch is not None:
+            batch.seal()
+
+    def _invalid(self, link: Link, batch: Batch | None, raw_id: bytes, why: str) -> None:
+        if link is self.editor:
+            self._reply(
+                link, batch, wire.error_response(raw_id, INVALID_REQUEST, "Invalid Request", why)
+            )
+        else:
+            log.warning("%s sent an invalid message (dropped): %s", link.name, why)
+
+    def _reply(self, link: Link, batch: Batch | None, line: bytes) -> None:
+        """Send a response line (with trailing newline) the conductor itself produced."""
+        if batch is not None:
+            batch.expected += 1
+            batch.add(line[:-1])
+        else:
+            link.send(line[:-1])
+
+    def _dispatch(self, link: Link, msg: Message, batch: Batch | None) -> None:
+        obj = msg.obj
+        method = obj.get("method")
+        if method is None:
+            if "id" in obj and ("result" in obj or "error" in obj):
+                self._response(link, msg)
+            else:
+                raw_id = msg.raw_member("id") or b"null"
+                self._invalid(link, batch, raw_id, "not a request, notification or response")
+            return
+        has_id = "id" in obj
+        raw_id = msg.raw_member("id") if has_id else None
+        key = obj.get("id")
+        if type(method) is not str or (has_id and type(key) not in (int, str) and key is not None):
+            self._invalid(
+                link,
+                batch,
+                raw_id or b"null",
+                "'method' must be a string and 'id' a number or string",
+            )
+            return
+        params = obj.get("params")
+        if params is not None and type(params) not in (dict, list):
+            self._invalid(link, batch, raw_id or b"null", "'params' must be an object or an array")
+            return
+
+        if link is self.editor and not (self.proxy_mode and method in SUCCESSOR):
+            self._from_editor(msg, method, raw_id, key, batch)
+            return
+        node = self._node_of.get(link)
+        if method in SUCCESSOR and (link.is_proxy or link is self.editor):
+            link.use_dialect(method)
+            self._unwrap(link, msg, raw_id, key, batch)
+        elif node is None:
+            log.warning("message from %s, which is not in the chain (dropped)", link.name)
+        else:
+            # A plain message from a component goes to its predecessor.
+            self._route(link, node - 1, True, method, raw_id, key, msg, None, batch)
+
+    def _from_editor(
+        self, msg: Message, method: str, raw_id: bytes | None, key: Any, batch: Batch | None
+    ) -> None:
+        if method == INITIALIZE or method in PROXY_INITIALIZE:
+            self._initialize(msg, method, raw_id, key, batch)
+            return
+        if not self.initialized and not self.initializing:
+            if raw_id is not None:
+                self._reply(
+                    self.editor,
+                    batch,
+                    wire.error_response(
+                        raw_id,
+                        INVALID_REQUEST,
+                        "Not initialized",
+                        f"send initialize before {method!r}",
+                    ),
+                )
+            elif method != CANCEL:
+                log.warning("editor notification %r before initialize (dropped)", method)
+            return
+        self._route(self.editor, 1, False, method, raw_id, key, msg, None, batch)
+
+    # -------------------------------------------------------- initialization
+
+    def _initialize(
+        self, msg: Message, method: str, raw_id: bytes | None, key: Any, batch: Batch | None
+    ) -> None:
+        editor = self.editor
+        if raw_id is None:
+            log.warning("editor sent %s as a notification (dropped)", method)
+            return
+
+        def reject(code: int, message: str, data: str) -> None:
+            self._reply(editor, batch, wire.error_response(raw_id, code, message, data))
+
+        if method in PROXY_INITIALIZE and not self.proxy_mode:
+            reject(
+                INVALID_REQUEST,
+                "Invalid Request",
+                f"{method} is sent by a conductor to a proxy; this chain has an agent",
+            )
+            return
+        if method == INITIALIZE and self.proxy_mode:
+            reject(
+                INVALID_REQUEST,
+                "Invalid Request",
+                "this chain has no [agent], so it runs as a proxy and expects _proxy/initialize from its conductor",
+            )
+            return
+        if self.initialized or self.initializing:
+            reject(
+                INVALID_REQUEST,
+                "Invalid Request",
+                "already initialized" if self.initialized else "initialize already in progress",
+            )
+            return
+        found = msg.inner("params")
+        raw_version = None
+        if found is not None:
+            spans, _ = found
+            span = spans.get("protocolVersion")
+            if span is not None:
+                raw_version = msg.raw[span[0] : span[1]]
+        version = None if raw_version is None else wire.raw_integer(raw_version)
+        if version is None or version < 0:
+            shown = "missing" if raw_version is None else raw_version.decode(errors="replace")
+            reject(
+                INVALID_PARAMS,
+                "Invalid params",
+                f"params.protocolVersion must be a non-negative integer (got {shown})",
+            )
+            return
+        if version == 0:
+            reject(
+                INVALID_REQUEST,
+                "Invalid Request",
+                "protocolVersion 0 is not a protocol version; use 1 or 2",
+            )
+            return
+        params = msg.raw_member("params")
+        assert params is not None and found is not None
+        if version > 2:  # pinned: the conductor speaks v2 at most
+            start, end = found[0]["protocolVersion"]
+            p_start, p_end = msg.spans["params"]
+            params = msg.raw[p_start:start] + b"2" + msg.raw[end:p_end]
+            version = 2
+        if proxy_dialect := (method if method in PROXY_INITIALIZE else None):
+            editor.use_dialect(proxy_dialect)
+        if not self.started:
+            try:
+                self._start()
+            except SpawnError as exc:
+                reject(INTERNAL_ERROR, "Internal error", str(exc))
+                return
+        self.version = version
+        self.initializing = True
+        route = Route(editor, raw_id, key, batch, expect_version=version)
+        if batch is not None:
+            batch.expected += 1
+        editor.incoming[key] = self._send_initialize(1, route, params)
+
+    def _send_initialize(self, node: int, route: Route, params: bytes | None) -> tuple[Link, int]:
+        """Deliver an initialize request going down to `node`, in the form that node expects."""
+        target = self.nodes[node]
+        if node == self.last:
+            if self.proxy_mode:
+                line_id = target.allocate(route)
+                target.send(wire.envelope(line_id, target.wrapper, b'"initialize"', params)[:-1])
+                return target, target.next_id
+            route.expect_version = self.version
+            line_id = target.allocate(route)
+            target.send(wire.request(line_id, b'"initialize"', params)[:-1])
+            return target, target.next_id
+        if target.dialect == "auto" and target.init_method == UNDERSCORE[0]:
+            route.retry = (node, params)
+        line_id = target.allocate(route)
+        target.send(wire.request(line_id, target.init_method, params)[:-1])
+        return target, target.next_id
+
+    # --------------------------------------------------------------- routing
+
+    def _unwrap(
+        self, link: Link, msg: Message, raw_id: bytes | None, key: Any, batch: Batch | None
+    ) -> None:
+        """A successor envelope: the inner message goes one step further down (or up, in proxy mode)."""
+        found = msg.inner("params")
+        inner_method = None if found is None else found[1].get("method")
+        if type(inner_method) is not str:
+            self._envelope_error(
+                link, raw_id, "the envelope's params must carry the wrapped 'method' as a string"
+            )
+            return
+        spans = found[0]  # type: ignore[index]
+        inner_params = None
+        span = spans.get("params")
+        if span is not None and found[1].get("params") is not None:  # type: ignore[index]
+            if type(found[1]["params"]) not in (dict, list):  # type: ignore[index]
+                self._envelope_error(
+                    link, raw_id, "the wrapped 'params' must be an object or an array"
+                )
+                return
+            inner_params = msg.raw[span[0] : span[1]]
+        method_raw = msg.raw[spans["method"][0] : spans["method"][1]]
+        if link is self.editor:  # proxy mode: a message from our successor, going up
+            target, upward = self.last - 1, True
+        else:
+            target, upward = self._node_of[link] + 1, False
+        if inner_method in PROXY_INITIALIZE:
+            self._envelope_error(
+                link, raw_id, f"{inner_method} is sent only by a conductor", INVALID_REQUEST
+            )
+            return
+        if inner_method == INITIALIZE and not upward and raw_id is not None:
+            route = Route(link, raw_id, key)
+            link.incoming[key] = self._send_initialize(target, route, inner_params)
+            return
+        self._route(
+            link, target, upward, inner_method, raw_id, key, None, (method_raw, inner_params), batch
+        )
+
+    def _envelope_error(
+        self, link: Link, raw_id: bytes | None, why: str, code: int = INVALID_PARAMS
+    ) -> None:
+        if raw_id is None:
+            log.warning("%s sent an invalid successor envelope (dropped): %s", link.name, why)
+        else:
+            link.send(wire.error_response(raw_id, code, "Invalid successor envelope", why)[:-1])
+
+    def _route(
+        self,
+        source: Link,
+        node: int,
+        upward: bool,
+        method: str,
+        raw_id: bytes | None,
+        key: Any,
+        msg: Message | None,
+        parts: tuple[bytes, bytes | None] | None,
+        batch: Batch | None,
+    ) -> None:
+        """Deliver one logical message from `source` to `node`.
+
+        The message is either a plain `msg` (re-addressed by splicing its id)
+        or the `parts` (method, params) of an unwrapped envelope.
+        """
+        if method == CANCEL:
+            self._cancel(source, msg, parts)
+            return
+        target = self.nodes[node]
+        wrap = (upward and target.is_proxy) or (
+            not upward and self.proxy_mode and node == self.last
+        )
+        if raw_id is not None:
+            route = Route(source, raw_id, key, batch)
+            if batch is not None:
+                batch.expected += 1
+            if target.failure is not None:
+                self._fail_route(route, target.failure)
+                return
+            new_id = target.allocate(route)
+            source.incoming[key] = (target, target.next_id)
+        else:
+            if target.failure is not None:
+                return
+            new_id = None
+        if parts is None:
+            assert msg is not None
+            if not wrap:
+                target.send(msg.replace({"id": new_id}) if new_id is not None else msg.raw)
+                return
+            method_raw = msg.raw_member("method")
+            params = msg.raw_member("params") if msg.obj.get("params") is not None else None
+            assert method_raw is not None
+            parts = (method_raw, params)
+        if wrap:
+            target.send(wire.envelope(new_id, target.wrapper, parts[0], parts[1])[:-1])
+        else:
+            target.send(wire.request(new_id, parts[0], parts[1])[:-1])
+
+    def _cancel(
+        self, source: Link, msg: Message | None, parts: tuple[bytes, bytes | None] | None
+    ) -> None:
+        """Hop-by-hop cancellation: cancel our own request on the next hop, never theirs."""
+        params: Any = msg.obj.get("params") if msg is not None else None
+        if parts is not None and parts[1] is not None:
+            params = wire.parse(parts[1])
+        request_id = params.get("requestId") if type(params) is dict else None
+        if type(request_id) not in (int, str):
+            log.warning("%s sent $/cancel_request without a valid requestId (dropped)", source.name)
+            return
+        forwarded = source.incoming.get(request_id)
+        if forwarded is None:
+            log.debug("%s cancelled %r, which is not in flight (dropped)", source.name, request_id)
+            return
+        target, our_id = forwarded
+        if target.failure is None:
+            target.send(
+                b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":%d}}' % our_id
+            )
+
+    # -------------------------------------------------------------- responses
+
+    def _response(self, link: Link, msg: Message) -> None:
+        key = msg.obj["id"]
+        route = link.pending.pop(key, None) if type(key) is int else None
+        if route is None:
+            log.warning("%s answered an unknown request id %r (dropped)", link.name, key)
+            return
+        origin = route.origin
+        origin.incoming.pop(route.origin_key, None)
+        if route.retry is not None and _error_code(msg) == METHOD_NOT_FOUND:
+            self._fall_back(link, route)
+            return
+        if route.expect_version is not None:
+            if self._version_mismatch(link, msg, route):
+                return
+        line = msg.replace({"id": route.origin_id})
+        if route.batch is not None:
+            route.batch.add(line)
+        else:
+            origin.send(line)
+
+    def _fall_back(self, link: Link, route: Route) -> None:
+        """dialect = "auto": the proxy does not know _proxy/initialize; try proxy/initialize."""
+        node, params = route.retry  # type: ignore[misc]
+        log.info(
+            "%s answered -32601 to _proxy/initialize; retrying with proxy/initialize", link.name
+        )
+        link.init_method, link.wrapper = PLAIN
+        route.retry = None
+        route.origin.incoming[route.origin_key] = self._send_initialize(node, route, params)
+
+    def _version_mismatch(self, link: Link, msg: Message, route: Route) -> bool:
+        result = msg.obj.get("result")
+        if route.origin is self.editor:
+            self.initializing = False
+        if type(result) is not dict:
+            return False
+        answered = result.get("protocolVersion")
+        if answered == route.expect_version and type(answered) is int:
+            if route.origin is self.editor:
+                self.initialized = True
+            return False
+        data = {
+            "component": link.name,
+            "selected": route.expect_version,
+            "answered": answered,
+        }
+        text = (
+            f"protocol version mismatch: {link.name} answered protocolVersion {answered!r}, "
+            f"but the conductor selected {route.expect_version}"
+        )
+        line = wire.error_response(route.origin_id, INTERNAL_ERROR, text, data)[:-1]
+        log.error(text)
+        if route.batch is not None:
+            route.batch.add(line)
+        else:
+            route.origin.send(line)
+        return True
+
+    # ---------------------------------------------------------------- failure
+
+    def link_failed(self, link: Link, cause: dict[str, Any]) -> None:
+        """`link` is gone: answer every request pending on it with the cause."""
+        link.failure = cause
+        routes = list(link.pending.values())
+        link.pending.clear()
+        for route in routes:
+            self._fail_route(route, cause)
+
+    def fail_all(self, cause: dict[str, Any]) -> None:
+        """The chain is shutting down: answer everything the editor still waits for."""
+        for _key, (target, our_id) in list(self.editor.incoming.items()):
+            route = target.pending.pop(our_id, None)
+            if route is not None:
+                self._fail_route(route, cause)
+
+    def _fail_route(self, route: Route, cause: dict[str, Any]) -> None:
+        route.origin.incoming.pop(route.origin_key, None)
+        if route.origin.failure is not None:
+            return
+        if route.origin is self.editor and route.expect_version is not None:
+            self.initializing = False
+        line = wire.error_response(route.origin_id, INTERNAL_ERROR, cause["message"], cause)[:-1]
+        if route.batch is not None:
+            route.batch.add(line)
+        else:
+            route.origin.send(line)
+
+
+def _error_code(msg: Message) -> Any:
+    error = msg.obj.get("error")
+    return error.get("code") if type(error) is dict else None

@@ -1,0 +1,1 @@
+"""Proxies shipped with acp-conductor."""
