@@ -72,7 +72,10 @@ async def read_lines(
             data = os.read(fd, CHUNK)
         except BlockingIOError:
             streak = 0
-            await trio.lowlevel.wait_readable(fd)
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            except trio.ClosedResourceError:
+                return
             continue
         except OSError as exc:
             if exc.errno in (errno.EBADF, errno.EIO):

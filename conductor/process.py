@@ -102,7 +102,10 @@ class ChildProcess:
                 try:
                     data = os.read(self.stderr, 65536)
                 except BlockingIOError:
-                    await trio.lowlevel.wait_readable(self.stderr)
+                    try:
+                        await trio.lowlevel.wait_readable(self.stderr)
+                    except trio.ClosedResourceError:
+                        break
                     continue
                 except OSError:
                     break

@@ -78,6 +78,8 @@ class ChainRunner:
                 await self._shutdown()
                 nursery.cancel_scope.cancel()
         finally:
+            for component in self.components:
+                component.process.close_pipes()
             for fd in (self.editor_in, self.editor_writer.fd):
                 try:
                     os.set_blocking(fd, True)
@@ -180,5 +182,3 @@ class ChainRunner:
                 flush_all(self.dirty)
                 if not self.editor_writer.idle:
                     await self.editor_writer.wait_drained()
-        for component in self.components:
-            component.process.close_pipes()

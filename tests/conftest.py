@@ -1,0 +1,214 @@
+"""Shared helpers: run the real `conductor` as a subprocess and talk to it over pipes."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+PASSTHROUGH = FIXTURES / "passthrough_proxy.py"
+SCRIPT_AGENT = FIXTURES / "script_agent.py"
+PY = sys.executable
+TIMEOUT = 15.0
+
+
+class Peer:
+    """A subprocess spoken to with newline-delimited JSON; stdout lines are queued by a thread."""
+
+    def __init__(self, argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self.stderr_lines: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _pump_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line.decode(errors="replace").rstrip("\n"))
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.stderr_lines)
+
+    def send_raw(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data if data.endswith(b"\n") else data + b"\n")
+        self.proc.stdin.flush()
+
+    def send(self, message: Any) -> None:
+        self.send_raw(json.dumps(message).encode())
+
+    def request(self, id: Any, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def read_raw(self, timeout: float = TIMEOUT) -> bytes:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no message within {timeout}s; stderr:\n{self.stderr}") from None
+        if line is None:
+            self.lines.put(None)
+            raise AssertionError(f"stdout closed; stderr:\n{self.stderr}")
+        return line.rstrip(b"\n")
+
+    def read(self, timeout: float = TIMEOUT) -> Any:
+        return json.loads(self.read_raw(timeout))
+
+    def read_until(self, predicate: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
+        """Read messages until one satisfies `predicate`; return (the others, that one)."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.read(max(0.01, deadline - time.monotonic()))
+            if predicate(message):
+                return seen, message
+            seen.append(message)
+
+    def response(self, id: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
+        return self.read_until(lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout)
+
+    def assert_silent(self, seconds: float = 0.3) -> None:
+        try:
+            line = self.lines.get(timeout=seconds)
+        except queue.Empty:
+            return
+        raise AssertionError(f"unexpected output: {line!r}")
+
+    def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def wait(self, timeout: float = TIMEOUT) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def make_chain(tmp_path: Path) -> Any:
+    """Write a chain file from TOML text and return its path."""
+    counter = iter(range(1000))
+
+    def make(text: str, name: str | None = None) -> Path:
+        path = tmp_path / (name or f"chain{next(counter)}.toml")
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return make
+
+
+@pytest.fixture
+def conductor(tmp_path: Path) -> Iterator[Any]:
+    """Start `conductor run CHAIN` subprocesses; all are killed at teardown."""
+    peers: list[Peer] = []
+
+    def start(chain: Path, *args: str, env: dict[str, str] | None = None) -> Peer:
+        peer = Peer([PY, "-m", "conductor", *args, "run", str(chain)], cwd=ROOT, env=env)
+        peers.append(peer)
+        return peer
+
+    yield start
+    for peer in peers:
+        peer.kill()
+
+
+def toml_list(argv: list[str | Path]) -> str:
+    return json.dumps([str(a) for a in argv])
+
+
+def proxy_block(*args: str, name: str | None = None, dialect: str | None = None) -> str:
+    lines = ["[[proxy]]", f"command = {toml_list([PY, PASSTHROUGH, *args])}"]
+    if name:
+        lines.append(f'name = "{name}"')
+    if dialect:
+        lines.append(f'dialect = "{dialect}"')
+    return "\n".join(lines) + "\n"
+
+
+def demo_agent_block(*args: str, name: str = "demo") -> str:
+    return f'[agent]\nname = "{name}"\ncommand = {toml_list([PY, "-m", "conductor.demo_agent", *args])}\n'
+
+
+def script_agent_block(*args: str, name: str = "scripted") -> str:
+    return f'[agent]\nname = "{name}"\ncommand = {toml_list([PY, SCRIPT_AGENT, *args])}\n'
+
+
+def init_params(version: int = 1) -> dict[str, Any]:
+    if version == 1:
+        return {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+            "clientInfo": {"name": "tests", "version": "0"},
+        }
+    return {"protocolVersion": version, "info": {"name": "tests", "version": "0"}, "capabilities": {}}
+
+
+def prompt_params(session: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+
+
+def start_session(peer: Peer, version: int = 1, cwd: str = "/tmp") -> str:
+    """initialize + session/new; return the session id."""
+    peer.request(0, "initialize", init_params(version))
+    _, response = peer.response(0)
+    assert "result" in response, response
+    peer.request(1, "session/new", {"cwd": cwd, "mcpServers": []})
+    _, response = peer.response(1)
+    assert "result" in response, response
+    return str(response["result"]["sessionId"])
+
+
+def agent_text(messages: list[Any]) -> str:
+    """The concatenated agent message text in a list of session/update notifications."""
+    out = []
+    for m in messages:
+        if m.get("method") != "session/update":
+            continue
+        update = m["params"]["update"]
+        if update.get("sessionUpdate") == "agent_message_chunk" and update["content"].get("type") == "text":
+            out.append(update["content"]["text"])
+    return "".join(out)
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
