@@ -24,7 +24,9 @@ Editor entry (Zed agent_servers):
 
 def _setup_logging(level: str, log_file: str | None) -> None:
     handler: logging.Handler = (
-        logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
+        logging.FileHandler(log_file, encoding="utf-8")
+        if log_file
+        else logging.StreamHandler(sys.stderr)
     )
     handler.setFormatter(logging.Formatter("[conductor] %(levelname)s %(message)s"))
     root = logging.getLogger("conductor")
@@ -51,7 +53,11 @@ def _load(path: str) -> Chain:
     show_default=True,
     help="How much the conductor itself reports (to stderr or --log-file).",
 )
-@click.option("--log-file", type=click.Path(dir_okay=False), help="Write the conductor's log here instead of stderr.")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False),
+    help="Write the conductor's log here instead of stderr.",
+)
 def cli(log_level: str, log_file: str | None) -> None:
     """Run chains of ACP proxies in front of an ACP agent, presented to an editor as one agent.
 
@@ -63,7 +69,13 @@ def cli(log_level: str, log_file: str | None) -> None:
 
 @cli.command()
 @click.argument("chain", type=click.Path(dir_okay=False))
-@click.option("--grace", type=float, default=2.0, show_default=True, help="Seconds children get to exit after their stdin closes.")
+@click.option(
+    "--grace",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds children get to exit after their stdin closes.",
+)
 def run(chain: str, grace: float) -> None:
     """Run CHAIN as one ACP agent over stdin/stdout (what an editor launches).
 
@@ -103,8 +115,18 @@ def check(chain: str) -> None:
     show_default=True,
     help="ACP protocol version to request (1, or 2 for the draft v2).",
 )
-@click.option("--session-cwd", type=click.Path(file_okay=False), help="Working folder for the session (default: here).")
-def prompt(chain: str, text: tuple[str, ...], permission: str | None, protocol: int, session_cwd: str | None) -> None:
+@click.option(
+    "--session-cwd",
+    type=click.Path(file_okay=False),
+    help="Working folder for the session (default: here).",
+)
+def prompt(
+    chain: str,
+    text: tuple[str, ...],
+    permission: str | None,
+    protocol: int,
+    session_cwd: str | None,
+) -> None:
     """Try CHAIN without an editor: send TEXT as a prompt and stream the reply.
 
     Each TEXT argument is sent as its own prompt in one session. The reply

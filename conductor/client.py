@@ -94,7 +94,7 @@ class ClientConnection:
                     data = await self._receive_stream.receive_some(1 << 18)
                     if not data:
                         break
-                    for line in splitter.feed(data):
+                    for line in splitter.feed(bytes(data)):
                         await self._dispatch(line)
                 nursery.cancel_scope.cancel()
         finally:

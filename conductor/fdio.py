@@ -93,6 +93,14 @@ async def read_lines(
             pending = deliver(lines)
             if pending is not None:
                 await pending
+        if len(data) < CHUNK:
+            # The pipe is most likely drained: wait instead of paying for a failed read.
+            streak = 0
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            except trio.ClosedResourceError:
+                return
+            continue
         streak += 1
         if streak >= 8:
             streak = 0
@@ -102,7 +110,17 @@ async def read_lines(
 class FdWriter:
     """Queues lines for one peer and writes them in as few syscalls as possible."""
 
-    __slots__ = ("_backlog", "_drained", "_queue", "_wake", "broken", "closed", "dirty", "fd", "name")
+    __slots__ = (
+        "_backlog",
+        "_drained",
+        "_queue",
+        "_wake",
+        "broken",
+        "closed",
+        "dirty",
+        "fd",
+        "name",
+    )
 
     def __init__(self, fd: int, name: str, dirty: list[FdWriter]) -> None:
         self.fd = fd

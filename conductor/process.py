@@ -9,6 +9,7 @@ re-parented to it and can still be found and killed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import logging
 import os
@@ -60,7 +61,9 @@ class ChildProcess:
                 process_group=0,
             )
         except OSError as exc:
-            raise OSError(f"cannot start {spec.role} {spec.name!r} ({spec.command[0]}): {exc.strerror or exc}") from exc
+            raise OSError(
+                f"cannot start {spec.role} {spec.name!r} ({spec.command[0]}): {exc.strerror or exc}"
+            ) from exc
         assert self.popen.stdin and self.popen.stdout and self.popen.stderr
         self.stdin = self.popen.stdin.fileno()
         self.stdout = self.popen.stdout.fileno()
@@ -72,7 +75,9 @@ class ChildProcess:
         self.exited = trio.Event()
         self.stderr_done = trio.Event()
         self.returncode: int | None = None
-        log.info("started %s %r (pid %d): %s", spec.role, spec.name, self.pid, " ".join(spec.command))
+        log.info(
+            "started %s %r (pid %d): %s", spec.role, spec.name, self.pid, " ".join(spec.command)
+        )
 
     async def watch_exit(self) -> None:
         """Wait for the process to exit and record its status."""
@@ -136,14 +141,10 @@ class ChildProcess:
 
     def close_stdin(self) -> None:
         assert self.popen.stdin is not None
-        try:
+        with contextlib.suppress(Exception):
             trio.lowlevel.notify_closing(self.stdin)
-        except Exception:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             self.popen.stdin.close()
-        except OSError:
-            pass
 
     def signal_group(self, signum: int) -> None:
         """Signal the child's whole process group (its own children included)."""
@@ -151,18 +152,14 @@ class ChildProcess:
             os.killpg(self.pid, signum)
         except (ProcessLookupError, PermissionError):
             if self.returncode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signum)
-                except ProcessLookupError:
-                    pass
 
     def close_pipes(self) -> None:
         for stream in (self.popen.stdout, self.popen.stderr):
             if stream is not None:
-                try:
+                with contextlib.suppress(ValueError, OSError):
                     trio.lowlevel.notify_closing(stream.fileno())
-                except (ValueError, OSError):
-                    pass
                 stream.close()
 
 
@@ -184,7 +181,9 @@ class StderrSink:
             pass
 
 
-async def stop_processes(children: Iterable[ChildProcess], grace: float = 2.0, term_grace: float = 1.0) -> None:
+async def stop_processes(
+    children: Iterable[ChildProcess], grace: float = 2.0, term_grace: float = 1.0
+) -> None:
     """Close stdin, wait `grace`, SIGTERM the groups, wait, then SIGKILL whatever is left."""
     children = list(children)
     for child in children:
@@ -220,10 +219,8 @@ def kill_adopted_orphans() -> None:
         except ProcessLookupError:
             continue
     for pid in _children_of(me):
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 def _children_of(parent: int) -> list[int]:

@@ -101,7 +101,14 @@ class PromptClient:
         return {"outcome": "cancelled"}
 
     async def run(self) -> int:
-        command = [sys.executable, "-m", "conductor", *self.options.conductor_args, "run", str(self.options.chain)]
+        command = [
+            sys.executable,
+            "-m",
+            "conductor",
+            *self.options.conductor_args,
+            "run",
+            str(self.options.chain),
+        ]
         async with trio.open_nursery() as nursery:
             process = await nursery.start(
                 lambda task_status=trio.TASK_STATUS_IGNORED: trio.run_process(
@@ -131,7 +138,10 @@ class PromptClient:
                 "initialize",
                 {
                     "protocolVersion": self.options.protocol,
-                    "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+                    "clientCapabilities": {
+                        "fs": {"readTextFile": False, "writeTextFile": False},
+                        "terminal": False,
+                    }
                     if self.options.protocol == 1
                     else {},
                     "clientInfo": {"name": "conductor-prompt", "version": __version__},
@@ -144,7 +154,9 @@ class PromptClient:
                 },
             )
             self.note(f"[initialized: protocol {init.get('protocolVersion')}]")
-            session = await connection.request("session/new", {"cwd": self.options.cwd, "mcpServers": []})
+            session = await connection.request(
+                "session/new", {"cwd": self.options.cwd, "mcpServers": []}
+            )
             self.turn.session_id = session["sessionId"]
             status = 0
             for text in self.options.texts:

@@ -217,8 +217,12 @@ class Router:
             if "id" in obj and ("result" in obj or "error" in obj):
                 self._response(link, msg)
             else:
-                raw_id = msg.raw_member("id") or b"null"
-                self._invalid(link, batch, raw_id, "not a request, notification or response")
+                self._invalid(
+                    link,
+                    batch,
+                    msg.raw_member("id") or b"null",
+                    "not a request, notification or response",
+                )
             return
         has_id = "id" in obj
         raw_id = msg.raw_member("id") if has_id else None
@@ -458,7 +462,7 @@ class Router:
         if parts is None:
             assert msg is not None
             if not wrap:
-                target.send(msg.replace({"id": new_id}) if new_id is not None else msg.raw)
+                target.send(msg.with_id(new_id) if new_id is not None else msg.raw)
                 return
             method_raw = msg.raw_member("method")
             params = msg.raw_member("params") if msg.obj.get("params") is not None else None
@@ -503,10 +507,9 @@ class Router:
         if route.retry is not None and _error_code(msg) == METHOD_NOT_FOUND:
             self._fall_back(link, route)
             return
-        if route.expect_version is not None:
-            if self._version_mismatch(link, msg, route):
-                return
-        line = msg.replace({"id": route.origin_id})
+        if route.expect_version is not None and self._version_mismatch(link, msg, route):
+            return
+        line = msg.with_id(route.origin_id)
         if route.batch is not None:
             route.batch.add(line)
         else:

@@ -8,6 +8,7 @@ of editor EOF, a signal, or a component's death ends the run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -19,7 +20,13 @@ import trio
 
 from .chain import Chain
 from .fdio import FdWriter, flush_all, read_lines
-from .process import ChildProcess, StderrSink, become_subreaper, kill_adopted_orphans, stop_processes
+from .process import (
+    ChildProcess,
+    StderrSink,
+    become_subreaper,
+    kill_adopted_orphans,
+    stop_processes,
+)
 from .router import Link, Router, SpawnError
 
 log = logging.getLogger("conductor")
@@ -81,10 +88,8 @@ class ChainRunner:
             for component in self.components:
                 component.process.close_pipes()
             for fd in (self.editor_in, self.editor_writer.fd):
-                try:
+                with contextlib.suppress(OSError):
                     os.set_blocking(fd, True)
-                except OSError:
-                    pass
         return self.exit_code
 
     # ------------------------------------------------------------ components

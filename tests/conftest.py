@@ -100,7 +100,9 @@ class Peer:
             seen.append(message)
 
     def response(self, id: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
-        return self.read_until(lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout)
+        return self.read_until(
+            lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout
+        )
 
     def assert_silent(self, seconds: float = 0.3) -> None:
         try:
@@ -175,10 +177,17 @@ def init_params(version: int = 1) -> dict[str, Any]:
     if version == 1:
         return {
             "protocolVersion": 1,
-            "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+            "clientCapabilities": {
+                "fs": {"readTextFile": False, "writeTextFile": False},
+                "terminal": False,
+            },
             "clientInfo": {"name": "tests", "version": "0"},
         }
-    return {"protocolVersion": version, "info": {"name": "tests", "version": "0"}, "capabilities": {}}
+    return {
+        "protocolVersion": version,
+        "info": {"name": "tests", "version": "0"},
+        "capabilities": {},
+    }
 
 
 def prompt_params(session: str, text: str) -> dict[str, Any]:
@@ -203,7 +212,10 @@ def agent_text(messages: list[Any]) -> str:
         if m.get("method") != "session/update":
             continue
         update = m["params"]["update"]
-        if update.get("sessionUpdate") == "agent_message_chunk" and update["content"].get("type") == "text":
+        if (
+            update.get("sessionUpdate") == "agent_message_chunk"
+            and update["content"].get("type") == "text"
+        ):
             out.append(update["content"]["text"])
     return "".join(out)
 

@@ -14,13 +14,21 @@ from conductor.chain import load_chain
 
 def _conductor(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "conductor", *args], input=stdin, capture_output=True, cwd=ROOT, timeout=30
+        [sys.executable, "-m", "conductor", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=30,
     )
 
 
 BAD_FILES = [
     ("toml syntax", "[agent\ncommand = []\n", ["invalid TOML", "line 1"]),
-    ("unknown top key", 'nmae = "x"\n[agent]\ncommand = ["python3"]\n', ["'nmae'", "line 1", "unknown key"]),
+    (
+        "unknown top key",
+        'nmae = "x"\n[agent]\ncommand = ["python3"]\n',
+        ["'nmae'", "line 1", "unknown key"],
+    ),
     (
         "unknown component key",
         '[agent]\ncommand = ["python3"]\ncomand = ["x"]\n',
@@ -42,21 +50,43 @@ BAD_FILES = [
         '[agent]\ncommand = ["./bin/agent"]\n',
         ["executable not found", "bin/agent"],
     ),
-    ("command not a list", '[agent]\ncommand = "python3 -m x"\n', ["non-empty list of strings", "never run through a shell"]),
-    ("bad dialect", '[[proxy]]\ncommand = ["python3"]\ndialect = "weird"\n', ["'dialect'", "line 3"]),
-    ("env not strings", '[agent]\ncommand = ["python3"]\nenv = { A = 1 }\n', ["'env'", "table of strings"]),
+    (
+        "command not a list",
+        '[agent]\ncommand = "python3 -m x"\n',
+        ["non-empty list of strings", "never run through a shell"],
+    ),
+    (
+        "bad dialect",
+        '[[proxy]]\ncommand = ["python3"]\ndialect = "weird"\n',
+        ["'dialect'", "line 3"],
+    ),
+    (
+        "env not strings",
+        '[agent]\ncommand = ["python3"]\nenv = { A = 1 }\n',
+        ["'env'", "table of strings"],
+    ),
     ("cwd missing", '[agent]\ncommand = ["python3"]\ncwd = "nope"\n', ["'cwd'", "is not a folder"]),
     ("proxy not array", '[proxy]\ncommand = ["python3"]\n', ["[[proxy]]"]),
-    ("second proxy bad", '[[proxy]]\ncommand = ["python3"]\n[[proxy]]\ncommand = ["python3"]\nname = 5\n[agent]\ncommand = ["python3"]\n', ["[[proxy]] #2", "line 5"]),
+    (
+        "second proxy bad",
+        '[[proxy]]\ncommand = ["python3"]\n[[proxy]]\ncommand = ["python3"]\nname = 5\n[agent]\ncommand = ["python3"]\n',
+        ["[[proxy]] #2", "line 5"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("label", "text", "expected"), BAD_FILES, ids=[b[0] for b in BAD_FILES])
 @pytest.mark.parametrize("command", ["check", "run"])
-def test_bad_chain_files(tmp_path: Path, label: str, text: str, expected: list[str], command: str) -> None:
+def test_bad_chain_files(
+    tmp_path: Path, label: str, text: str, expected: list[str], command: str
+) -> None:
     chain = tmp_path / "bad.toml"
     chain.write_text(text)
-    done = _conductor(command, str(chain), stdin=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n')
+    done = _conductor(
+        command,
+        str(chain),
+        stdin=b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n',
+    )
     err = done.stderr.decode()
     assert done.returncode == 2, err
     assert done.stdout == b""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -133,14 +134,22 @@ def test_nested_conductor_behaves_like_the_flattened_chain(make_chain, conductor
         f'[[proxy]]\nname = "nested"\ncommand = ["python3", "-m", "conductor", "run", "{inner}"]\n'
     )
     nested = make_chain(proxy_block("--tag", "[a]") + nested_proxy + demo_agent_block())
-    flat = make_chain(proxy_block("--tag", "[a]") + proxy_block("--tag", "[b]") + demo_agent_block())
+    flat = make_chain(
+        proxy_block("--tag", "[a]") + proxy_block("--tag", "[b]") + demo_agent_block()
+    )
 
     def transcript(chain: Path) -> list:
         peer = conductor(chain)
         session = start_session(peer)
         peer.request(5, "session/prompt", prompt_params(session, "please ask permission"))
         before, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-        peer.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}})
+        peer.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "result": {"outcome": {"outcome": "selected", "optionId": "allow"}},
+            }
+        )
         updates, response = peer.response(5)
         peer.request(6, "_demo/echo", {"x": [1, 2]})
         _, echo = peer.response(6)
@@ -160,31 +169,36 @@ def test_proxy_mode_expects_proxy_initialize(make_chain, conductor):
     assert response["error"]["code"] == -32600 and "_proxy/initialize" in response["error"]["data"]
 
 
-def test_proxy_mode_wraps_and_unwraps_byte_for_byte(make_chain, conductor):
-    """With no proxies and no agent, the conductor is a pure relay to its own successor."""
-    chain = make_chain(proxy_block(), name="solo.toml")
+def test_proxy_mode_wraps_and_unwraps_byte_for_byte(make_chain, conductor, tmp_path):
+    """A chain without agent forwards its last proxy's messages to its own successor (us)."""
+    sent = tmp_path / "proxy-out.jsonl"
+    chain = make_chain(proxy_block("--spaced", "--log-out", str(sent)), name="solo.toml")
     peer = conductor(chain)
-    params = b'{"protocolVersion":1,"n":1.0e5,"big":123456789012345678901234567890}'
-    peer.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"proxy/initialize","params":' + params + b"}")
-    raw = peer.read_raw()
-    assert b'"method":"proxy/successor"' in raw and params in raw
-    message = __import__("json").loads(raw)
-    assert message["params"]["method"] == "initialize"
-    # The successor answers; the proxy's response reaches us with our id.
-    peer.send({"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 1}})
-    _, response = peer.response(1)
-    assert response["result"] == {"protocolVersion": 1}
-    # A request from our successor travels up, unwrapped, and its bytes are untouched.
-    inner = b'{"sessionId":"s","x":2.50e-3}'
     peer.send_raw(
-        b'{"jsonrpc":"2.0","id":"up","method":"proxy/successor","params":{"method":"session/request_permission","params":'
-        + inner
-        + b',"_meta":{"hop":"local"}}}'
+        b'{"jsonrpc":"2.0","id":1,"method":"proxy/initialize","params":{"protocolVersion":1,"n":"\xc3\xa9"}}'
     )
     raw = peer.read_raw()
-    assert inner in raw and b"hop" not in raw
-    up = __import__("json").loads(raw)
-    assert up["method"] == "session/request_permission"
+    envelope = json.loads(raw)
+    assert envelope["method"] == "proxy/successor", "answered in the dialect our conductor used"
+    assert envelope["params"]["method"] == "initialize"
+    proxy_line = sent.read_bytes().splitlines()[0]
+    inner = json.dumps(json.loads(proxy_line)["params"]["params"]).encode()
+    assert b"\\u00e9" in inner and inner in proxy_line and inner in raw
+    # Our successor answers; the proxy's response reaches us with our id.
+    peer.send({"jsonrpc": "2.0", "id": envelope["id"], "result": {"protocolVersion": 1}})
+    _, response = peer.response(1)
+    assert response["result"] == {"protocolVersion": 1}
+    # A request from our successor travels up through the proxy, unwrapped, hop-local _meta dropped.
+    peer.send_raw(
+        b'{"jsonrpc":"2.0","id":"up","method":"proxy/successor","params":'
+        b'{"method":"session/request_permission","params":{"sessionId":"s","x":2.5},"_meta":{"hop":"local"}}}'
+    )
+    up = peer.read()
+    assert up["method"] == "session/request_permission" and up["params"] == {
+        "sessionId": "s",
+        "x": 2.5,
+    }
+    assert "hop" not in json.dumps(up)
     peer.send({"jsonrpc": "2.0", "id": up["id"], "result": {"ok": True}})
     _, answer = peer.response("up")
     assert answer["result"] == {"ok": True}

@@ -26,7 +26,9 @@ def test_initialize_params_reach_the_agent_byte_for_byte(make_chain, conductor, 
     record = tmp_path / "agent.jsonl"
     chain = make_chain(script_agent_block("--record", str(record)))
     peer = conductor(chain)
-    peer.send_raw(b'{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":' + EXOTIC_PARAMS + b"}")
+    peer.send_raw(
+        b'{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":' + EXOTIC_PARAMS + b"}"
+    )
     _, response = peer.response("init-1")
     assert response["result"]["protocolVersion"] == 1
     first = record.read_bytes().splitlines()[0]
@@ -46,6 +48,24 @@ def test_proxy_gets_proxy_initialize_with_identical_params(make_chain, conductor
     assert EXOTIC_PARAMS in first
 
 
+def test_unwrapped_params_reach_the_agent_byte_for_byte(make_chain, conductor, tmp_path):
+    sent, record = tmp_path / "proxy-out.jsonl", tmp_path / "agent.jsonl"
+    chain = make_chain(
+        proxy_block("--spaced", "--log-out", str(sent))
+        + script_agent_block("--record", str(record))
+    )
+    peer = conductor(chain)
+    start_session(peer)
+    peer.request(3, "_test/echo", {"word": "caf\u00e9", "n": [1.5, 10**25]})
+    peer.response(3)
+    envelopes = [json.loads(line) for line in sent.read_bytes().splitlines()]
+    echo = next(e for e in envelopes if e.get("params", {}).get("method") == "_test/echo")
+    inner = json.dumps(echo["params"]["params"]).encode()
+    assert b"\\u00e9" in inner
+    received = [line for line in record.read_bytes().splitlines() if b"_test/echo" in line]
+    assert len(received) == 1 and inner in received[0]
+
+
 def test_higher_version_is_pinned_to_2_and_nothing_else_changes(make_chain, conductor, tmp_path):
     record = tmp_path / "agent.jsonl"
     chain = make_chain(script_agent_block("--record", str(record)))
@@ -58,7 +78,9 @@ def test_higher_version_is_pinned_to_2_and_nothing_else_changes(make_chain, cond
     assert params.replace(b"7", b"2") in first
 
 
-def test_invalid_versions_are_refused_without_spawning_and_retry_works(make_chain, conductor, tmp_path):
+def test_invalid_versions_are_refused_without_spawning_and_retry_works(
+    make_chain, conductor, tmp_path
+):
     record = tmp_path / "agent.jsonl"
     chain = make_chain(script_agent_block("--record", str(record)))
     peer = conductor(chain)
@@ -114,15 +136,22 @@ def test_permission_round_trip_through_two_proxies(make_chain, conductor, tmp_pa
     peer = conductor(chain)
     session = start_session(peer)
     peer.request(5, "session/prompt", prompt_params(session, "please ask permission"))
-    before, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
+    _before, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
     allow = next(o for o in request["params"]["options"] if o["kind"].startswith("allow"))
-    peer.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": {"outcome": "selected", "optionId": allow["optionId"]}}})
+    peer.send(
+        {
+            "jsonrpc": "2.0",
+            "id": request["id"],
+            "result": {"outcome": {"outcome": "selected", "optionId": allow["optionId"]}},
+        }
+    )
     updates, response = peer.response(5)
     assert response["result"]["stopReason"] == "end_turn"
     chunks = [
         u["params"]["update"]["content"]["text"]
         for u in updates
-        if u.get("method") == "session/update" and u["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        if u.get("method") == "session/update"
+        and u["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
     ]
     assert chunks and all(c.startswith("<1><2>") for c in chunks)
     assert "granted" in agent_text(updates).replace("<1><2>", "").lower()
@@ -134,18 +163,25 @@ def test_permission_round_trip_through_two_proxies(make_chain, conductor, tmp_pa
 
 def test_cancel_request_is_translated_hop_by_hop(make_chain, conductor, tmp_path):
     log = tmp_path / "proxy.jsonl"
-    chain = make_chain(proxy_block("--log", str(log)) + demo_agent_block("--delay", "0.3", "--chunks", "20"))
+    chain = make_chain(
+        proxy_block("--log", str(log)) + demo_agent_block("--delay", "0.3", "--chunks", "20")
+    )
     peer = conductor(chain)
     session = start_session(peer)
     peer.request("p", "session/prompt", prompt_params(session, "a long answer please"))
     peer.read_until(lambda m: m.get("method") == "session/update")
     peer.notify("$/cancel_request", {"requestId": "p"})
     _, response = peer.response("p", timeout=10)
-    assert response.get("error", {}).get("code") == -32800 or response.get("result", {}).get("stopReason") == "cancelled"
+    assert (
+        response.get("error", {}).get("code") == -32800
+        or response.get("result", {}).get("stopReason") == "cancelled"
+    )
     sent = read_jsonl(log)
     forwarded = next(m for m in sent if m.get("method") == "session/prompt")
     cancels = [m for m in sent if m.get("method") == "$/cancel_request"]
-    assert cancels == [{"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": forwarded["id"]}}]
+    assert cancels == [
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": forwarded["id"]}}
+    ]
 
 
 def test_cancel_for_unknown_id_is_not_forwarded(make_chain, conductor, tmp_path):
@@ -164,8 +200,14 @@ def test_batches(make_chain, conductor):
     peer = conductor(chain)
     start_session(peer)
     peer.send_raw(b"[]")
-    assert peer.read() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request", "data": "empty batch"}}
-    peer.send([{"jsonrpc": "2.0", "method": "_test/note"}, {"jsonrpc": "2.0", "method": "_test/other"}])
+    assert peer.read() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Invalid Request", "data": "empty batch"},
+    }
+    peer.send(
+        [{"jsonrpc": "2.0", "method": "_test/note"}, {"jsonrpc": "2.0", "method": "_test/other"}]
+    )
     peer.assert_silent()
     peer.send(
         [
@@ -281,7 +323,9 @@ def test_dialect_auto_falls_back_to_proxy_initialize(make_chain, conductor, tmp_
 
 
 def test_dialect_underscore_does_not_fall_back(make_chain, conductor):
-    chain = make_chain(proxy_block("--reject-underscore", dialect="underscore") + demo_agent_block())
+    chain = make_chain(
+        proxy_block("--reject-underscore", dialect="underscore") + demo_agent_block()
+    )
     peer = conductor(chain)
     peer.request(1, "initialize", init_params(1))
     _, response = peer.response(1)
@@ -308,4 +352,3 @@ def test_stdout_carries_only_json_rpc(make_chain, conductor):
         if line is None:
             break
         json.loads(line)
-

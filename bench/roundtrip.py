@@ -1,0 +1,207 @@
+"""Benchmark: prompt round trips and update streaming, direct vs through the conductor.
+
+Not a test: run it on demand and read the table. Every configuration is measured
+side by side in alternating rounds, and reported as a ratio to talking to the
+demo agent directly in the same run (these machines are shared and noisy).
+
+    python bench/roundtrip.py [--prompts 2000] [--rounds 5] [--updates 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+AGENT = [PY, "-m", "conductor.demo_agent", "--chunks", "1"]
+PROXY = [PY, str(ROOT / "tests" / "fixtures" / "passthrough_proxy.py")]
+
+
+class Pipe:
+    """A minimal blocking JSON-lines client: the cheapest possible editor."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=ROOT
+        )
+        assert self.proc.stdin and self.proc.stdout
+        self.w = self.proc.stdin.fileno()
+        self.r = self.proc.stdout.fileno()
+        self.lines: list[bytes] = []
+        self.tail = b""
+        self.next_id = 0
+
+    def send(self, method: str, params: object) -> int:
+        self.next_id += 1
+        line = json.dumps(
+            {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        )
+        os.write(self.w, line.encode() + b"\n")
+        return self.next_id
+
+    def until_response(self, request_id: int) -> tuple[dict, int]:
+        """Read until the response to `request_id`; return it and the number of other messages."""
+        marker = b'"id":%d,' % request_id
+        others = 0
+        while True:
+            while not self.lines:
+                chunk = os.read(self.r, 1 << 18)
+                if not chunk:
+                    raise RuntimeError("peer closed its output")
+                *complete, self.tail = (self.tail + chunk).split(b"\n")
+                complete.reverse()
+                self.lines = complete
+            line = self.lines.pop()
+            if marker in line and b'"method"' not in line:
+                return json.loads(line), others
+            others += 1
+
+    def call(self, method: str, params: object) -> tuple[dict, int]:
+        return self.until_response(self.send(method, params))
+
+    def rss_kb(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+    def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def chain_file(folder: Path, proxies: int, agent: list[str]) -> Path:
+    text = "".join(f"[[proxy]]\ncommand = {json.dumps(PROXY)}\n" for _ in range(proxies))
+    text += f"[agent]\ncommand = {json.dumps(agent)}\n"
+    path = folder / f"bench-{proxies}-{len(agent)}-{agent[-1]}.toml"
+    path.write_text(text)
+    return path
+
+
+def open_session(argv: list[str]) -> tuple[Pipe, str]:
+    pipe = Pipe(argv)
+    pipe.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    response, _ = pipe.call("session/new", {"cwd": str(ROOT), "mcpServers": []})
+    return pipe, response["result"]["sessionId"]
+
+
+def prompt_rate(argv: list[str], prompts: int, warmup: int) -> float:
+    """Seconds per sequential prompt round trip (one update + the response each)."""
+    pipe, session = open_session(argv)
+    params = {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
+    for _ in range(warmup):
+        pipe.call("session/prompt", params)
+    start = time.perf_counter()
+    for _ in range(prompts):
+        pipe.call("session/prompt", params)
+    elapsed = time.perf_counter() - start
+    pipe.close()
+    return elapsed / prompts
+
+
+def stream_rate(argv: list[str], updates: int) -> float:
+    """session/update notifications per second for one long streamed reply."""
+    pipe, session = open_session(argv)
+    text = "x" * updates
+    params = {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+    start = time.perf_counter()
+    _, seen = pipe.call("session/prompt", params)
+    elapsed = time.perf_counter() - start
+    pipe.close()
+    return seen / elapsed
+
+
+def soak(argv: list[str], prompts: int) -> tuple[int, int]:
+    """Conductor RSS (kB) after 100 prompts and after `prompts` prompts."""
+    pipe, session = open_session(argv)
+    params = {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
+    for _ in range(100):
+        pipe.call("session/prompt", params)
+    early = pipe.rss_kb()
+    for _ in range(prompts - 100):
+        pipe.call("session/prompt", params)
+    late = pipe.rss_kb()
+    pipe.close()
+    return early, late
+
+
+def init_time(argv: list[str]) -> float:
+    pipe = Pipe(argv)
+    start = time.perf_counter()
+    pipe.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    elapsed = time.perf_counter() - start
+    pipe.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--prompts", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=20000)
+    parser.add_argument(
+        "--soak", type=int, default=10000, help="prompts in the memory soak (0: skip)"
+    )
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        streamer = [*AGENT[:-1], str(args.updates)]
+        configs: dict[str, list[str]] = {"direct": AGENT}
+        stream_configs: dict[str, list[str]] = {"direct": streamer}
+        for n in (0, 1, 3):
+            name = f"conductor, {n} proxies"
+            configs[name] = [PY, "-m", "conductor", "run", str(chain_file(folder, n, AGENT))]
+            stream_configs[name] = [
+                PY,
+                "-m",
+                "conductor",
+                "run",
+                str(chain_file(folder, n, streamer)),
+            ]
+        trips: dict[str, list[float]] = {name: [] for name in configs}
+        streams: dict[str, list[float]] = {name: [] for name in configs}
+        for _ in range(args.rounds):
+            for name, argv in configs.items():
+                trips[name].append(prompt_rate(argv, args.prompts, args.warmup))
+                streams[name].append(stream_rate(stream_configs[name], args.updates))
+
+        direct_trip = statistics.median(trips["direct"])
+        direct_stream = statistics.median(streams["direct"])
+        print(
+            f"{args.rounds} rounds x {args.prompts} prompts (median); streaming {args.updates} updates\n"
+        )
+        print("| configuration | per round trip | ratio | updates/s | ratio |")
+        print("| --- | --- | --- | --- | --- |")
+        for name in configs:
+            trip = statistics.median(trips[name])
+            stream = statistics.median(streams[name])
+            print(
+                f"| {name} | {trip * 1e6:.0f} µs | {trip / direct_trip:.2f} "
+                f"| {stream:,.0f} | {stream / direct_stream:.2f} |"
+            )
+        three = configs["conductor, 3 proxies"]
+        print(
+            f"\ninitialize through 3 proxies: {init_time(three) * 1000:.0f} ms "
+            f"(agent alone: {init_time(AGENT) * 1000:.0f} ms)"
+        )
+        if args.soak:
+            early, late = soak(configs["conductor, 0 proxies"], args.soak)
+            print(
+                f"conductor RSS after 100 prompts: {early / 1024:.1f} MB; after {args.soak}: "
+                f"{late / 1024:.1f} MB (growth {(late - early) / 1024:.1f} MB)"
+            )
+
+
+if __name__ == "__main__":
+    main()
