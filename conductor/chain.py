@@ -11,10 +11,13 @@ import re
 import shutil
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from .plugin import PluginError, instantiate, load_factory
 
 __all__ = ["Chain", "ChainError", "ComponentSpec", "load_chain"]
 
@@ -38,16 +41,26 @@ class ChainError(Exception):
 
 @attrs.frozen
 class ComponentSpec:
-    """One resolved component: a proxy or the agent."""
+    """One resolved component: a proxy or the agent, a command or an in-process plugin."""
 
     name: str
     role: str  # "proxy" or "agent"
-    command: tuple[str, ...]
+    command: tuple[str, ...] = ()
     env: dict[str, str] = attrs.field(factory=dict)
     cwd: Path | None = None
     dialect: str = "auto"
+    plugin: str | None = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+    factory: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
+
+    def make_plugin(self) -> Any:
+        """A fresh plugin instance (raises PluginError if the factory rejects the options)."""
+        assert self.plugin is not None and self.factory is not None
+        return instantiate(self.plugin, self.factory, self.options)
 
     def describe(self) -> str:
+        if self.plugin is not None:
+            return f"{self.role} {self.name!r}: plugin {self.plugin} (in-process)  options={self.options}"
         parts = [f"{self.role} {self.name!r}: {' '.join(self.command)}"]
         if self.cwd is not None:
             parts.append(f"cwd={self.cwd}")
@@ -84,8 +97,12 @@ class Chain:
         return "\n".join(lines)
 
 
-def load_chain(path: str | os.PathLike[str]) -> Chain:
-    """Read and validate a chain file; raise ChainError on any problem."""
+def load_chain(path: str | os.PathLike[str], *, try_plugins: bool = False) -> Chain:
+    """Read and validate a chain file; raise ChainError on any problem.
+
+    Plugins are always imported; with `try_plugins` each factory is also
+    called once with its options, so a refusal is reported too.
+    """
     path = Path(path).absolute()
     try:
         text = path.read_text(encoding="utf-8")
@@ -97,7 +114,17 @@ def load_chain(path: str | os.PathLike[str]) -> Chain:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ChainError(path, f"invalid TOML: {exc}") from None
-    return _Resolver(path, text).chain(data)
+    chain = _Resolver(path, text).chain(data)
+    if try_plugins:
+        for component in chain.components:
+            if component.plugin is not None:
+                try:
+                    component.make_plugin()
+                except PluginError as exc:
+                    raise ChainError(
+                        path, f"[[proxy]] {component.name!r}: {exc}", "options"
+                    ) from None
+    return chain
 
 
 @attrs.define
@@ -182,11 +209,10 @@ class _Resolver:
         if "plugin" in table and "command" in table:
             raise self.fail(f"{label} has both 'plugin' and 'command'; give one", "plugin", section)
         if "plugin" in table:
+            return self.plugin(table, role, label, section)
+        if "options" in table:
             raise self.fail(
-                f"{label}: in-process plugins are not supported by this version yet; "
-                "run the proxy as a command instead",
-                "plugin",
-                section,
+                f"{label}: 'options' is for plugins; a command takes arguments", "options", section
             )
         if "url" in table:
             raise self.fail(
@@ -222,6 +248,33 @@ class _Resolver:
         return ComponentSpec(
             name=name, role=role, command=command, env=env, cwd=cwd, dialect=dialect
         )
+
+    def plugin(
+        self, table: dict[str, Any], role: str, label: str, section: tuple[str, int]
+    ) -> ComponentSpec:
+        if role == "agent":
+            raise self.fail("[agent] cannot be a plugin; plugins are proxies", "plugin", section)
+        for key in ("env", "cwd", "dialect"):
+            if key in table:
+                raise self.fail(f"{label}: '{key}' applies to commands, not plugins", key, section)
+        spec = table["plugin"]
+        if not isinstance(spec, str) or not spec:
+            raise self.fail(
+                f"{label}: 'plugin' must be 'module:factory' or a plugin name", "plugin", section
+            )
+        options = table.get("options", {})
+        if not isinstance(options, dict):
+            raise self.fail(f"{label}: 'options' must be a table", "options", section)
+        try:
+            factory = load_factory(spec, self.folder)
+        except PluginError as exc:
+            raise self.fail(str(exc), "plugin", section) from None
+        name = table.get("name") or spec.rpartition(":")[0].rpartition(".")[2] or spec
+        if not isinstance(name, str) or name == "editor":
+            raise self.fail(
+                f"{label}: 'name' must be a string other than 'editor'", "name", section
+            )
+        return ComponentSpec(name=name, role=role, plugin=spec, options=options, factory=factory)
 
     def command(
         self, value: Any, env: dict[str, str], label: str, section: tuple[str, int]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 import trio
 
 from . import __version__
 from .chain import Chain, ChainError, load_chain
+from .plugin import PluginError, instantiate, load_factory
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -35,13 +38,18 @@ def _setup_logging(level: str, log_file: str | None) -> None:
     root.propagate = False
 
 
-def _load(path: str) -> Chain:
+def _load(path: str, try_plugins: bool = False) -> Chain:
     """Load a chain file or exit with status 2 and a one-paragraph error."""
     try:
-        return load_chain(path)
+        return load_chain(path, try_plugins=try_plugins)
     except ChainError as exc:
         click.echo(f"conductor: {exc}", err=True)
         sys.exit(2)
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"conductor: {message}", err=True)
+    sys.exit(2)
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,8 +95,11 @@ def run(chain: str, grace: float) -> None:
     from .runner import ChainRunner
 
     loaded = _load(chain)
-    code = trio.run(lambda: ChainRunner(loaded, grace=grace, reap_orphans=True).run())
-    sys.exit(code)
+    try:
+        runner = ChainRunner(loaded, grace=grace, reap_orphans=True)
+    except PluginError as exc:
+        _fail(f"{loaded.path}: {exc}")
+    sys.exit(trio.run(runner.run))
 
 
 @cli.command()
@@ -100,7 +111,7 @@ def check(chain: str) -> None:
     interpreter running the conductor; relative paths are taken from the chain
     file's folder) and checked to exist.
     """
-    click.echo(_load(chain).describe())
+    click.echo(_load(chain, try_plugins=True).describe())
 
 
 @cli.command()
@@ -147,6 +158,52 @@ def prompt(
         conductor_args=["--log-level", logging.getLevelName(root.level).lower()],
     )
     sys.exit(run_prompt(options))
+
+
+def _option_value(text: str) -> Any:
+    """`--option` values: JSON when they parse as JSON (numbers, booleans, lists), else text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@cli.command()
+@click.argument("plugin")
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option for the plugin factory (repeatable); VALUE is JSON if it parses, else text.",
+)
+@click.option("--name", help="Name used in errors and logs (default: from PLUGIN).")
+def proxy(plugin: str, options: tuple[str, ...], name: str | None) -> None:
+    """Run one Python plugin proxy standalone over stdin/stdout.
+
+    PLUGIN is 'module:factory' or the name of an installed plugin (entry-point
+    group acp_conductor.proxies). The process is an ordinary ACP proxy
+    component (it answers _proxy/initialize and speaks _proxy/successor), so
+    any conductor can run it, e.g. in a chain file:
+
+    \b
+      [[proxy]]
+      command = ["conductor", "proxy", "proxies.arrow:ArrowProxy", "-o", "prefix=>> "]
+    """
+    from .standalone import run_standalone
+
+    values: dict[str, Any] = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--option {item!r}: expected KEY=VALUE")
+        values[key] = _option_value(value)
+    try:
+        instance = instantiate(plugin, load_factory(plugin, Path.cwd()), values)
+    except PluginError as exc:
+        _fail(str(exc))
+    run_standalone(instance, name or plugin.rpartition(":")[0].rpartition(".")[2] or plugin)
 
 
 def main() -> None:

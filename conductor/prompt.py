@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from . import __version__
+from .acp import permission_options, permission_title
 from .client import ClientConnection, ConnectionLost, RpcError
 
 STOP_STATUS = {"end_turn": 0, "max_tokens": 3, "max_turn_requests": 3, "refusal": 4, "cancelled": 5}
@@ -82,8 +83,8 @@ class PromptClient:
         raise RpcError({"code": -32601, "message": "Method not found", "data": method})
 
     async def decide_permission(self, params: dict[str, Any]) -> dict[str, Any]:
-        options = params.get("options") or []
-        title = (params.get("toolCall") or {}).get("title", "a tool call")
+        options = permission_options(params)
+        title = permission_title(params) or "a tool call"
         choice = self.options.permission
         if choice == "ask" and not sys.stdin.isatty():
             self.note(f"[permission] {title}: rejected (not a terminal; use --yes to allow)")

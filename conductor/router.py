@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from . import wire
+from .plugin import AGENT, EDITOR
 from .wire import Message
+
+if TYPE_CHECKING:
+    from .plugin_host import PluginHost
 
 log = logging.getLogger("conductor")
 
@@ -45,6 +51,7 @@ class Link:
     __slots__ = (
         "dialect",
         "failure",
+        "host",
         "incoming",
         "init_method",
         "is_proxy",
@@ -65,8 +72,10 @@ class Link:
         self.init_method, self.wrapper = PLAIN if dialect == "plain" else UNDERSCORE
         self.next_id = 0
         self.pending: dict[int, Route] = {}  # our request id on this link -> way back
-        self.incoming: dict[Any, tuple[Link, int]] = {}  # its request id -> our forwarded request
+        # its request id -> (link, our id there, side it arrived from there)
+        self.incoming: dict[Any, tuple[Link, int, str]] = {}
         self.failure: dict[str, Any] | None = None
+        self.host: PluginHost | None = None  # set for an in-process plugin
 
     def allocate(self, route: Route) -> bytes:
         self.next_id += 1
@@ -109,7 +118,15 @@ class Batch:
 class Route:
     """Where the response to a forwarded request must go, and what to check on the way."""
 
-    __slots__ = ("batch", "expect_version", "origin", "origin_id", "origin_key", "retry")
+    __slots__ = (
+        "batch",
+        "expect_version",
+        "origin",
+        "origin_id",
+        "origin_key",
+        "reply_side",
+        "retry",
+    )
 
     def __init__(
         self,
@@ -119,6 +136,7 @@ class Route:
         batch: Batch | None = None,
         expect_version: int | None = None,
         retry: tuple[int, bytes | None] | None = None,
+        reply_side: str = AGENT,
     ) -> None:
         self.origin = origin
         self.origin_id = origin_id
@@ -126,6 +144,7 @@ class Route:
         self.batch = batch
         self.expect_version = expect_version
         self.retry = retry  # (target node, params) for the dialect fallback
+        self.reply_side = reply_side  # where the reply comes from, seen from the origin
 
 
 class Router:
@@ -355,23 +374,37 @@ class Router:
             batch.expected += 1
         editor.incoming[key] = self._send_initialize(1, route, params)
 
-    def _send_initialize(self, node: int, route: Route, params: bytes | None) -> tuple[Link, int]:
+    def _send_initialize(
+        self, node: int, route: Route, params: bytes | None
+    ) -> tuple[Link, int, str]:
         """Deliver an initialize request going down to `node`, in the form that node expects."""
         target = self.nodes[node]
+        route.reply_side = AGENT
+        host = target.host
+        if host is not None:
+            host.ctx.protocol_version = self.version
+            if self._transparent(host, INITIALIZE, EDITOR, True):
+                return self._send_initialize(node + 1, route, params)
+            target.allocate(route)
+            message = _message(
+                target.next_id, INITIALIZE, None if params is None else orjson.loads(params)
+            )
+            host.receive(EDITOR, message, params)
+            return target, target.next_id, EDITOR
         if node == self.last:
             if self.proxy_mode:
                 line_id = target.allocate(route)
                 target.send(wire.envelope(line_id, target.wrapper, b'"initialize"', params)[:-1])
-                return target, target.next_id
+                return target, target.next_id, EDITOR
             route.expect_version = self.version
             line_id = target.allocate(route)
             target.send(wire.request(line_id, b'"initialize"', params)[:-1])
-            return target, target.next_id
+            return target, target.next_id, EDITOR
         if target.dialect == "auto" and target.init_method == UNDERSCORE[0]:
             route.retry = (node, params)
         line_id = target.allocate(route)
         target.send(wire.request(line_id, target.init_method, params)[:-1])
-        return target, target.next_id
+        return target, target.next_id, EDITOR
 
     # --------------------------------------------------------------- routing
 
@@ -381,21 +414,22 @@ class Router:
         """A successor envelope: the inner message goes one step further down (or up, in proxy mode)."""
         found = msg.inner("params")
         inner_method = None if found is None else found[1].get("method")
-        if type(inner_method) is not str:
+        if found is None or type(inner_method) is not str:
             self._envelope_error(
                 link, raw_id, "the envelope's params must carry the wrapped 'method' as a string"
             )
             return
-        spans = found[0]  # type: ignore[index]
-        inner_params = None
-        span = spans.get("params")
-        if span is not None and found[1].get("params") is not None:  # type: ignore[index]
-            if type(found[1]["params"]) not in (dict, list):  # type: ignore[index]
+        spans, envelope = found
+        inner_params = envelope.get("params")
+        params_raw = None
+        if inner_params is not None:
+            if type(inner_params) not in (dict, list):
                 self._envelope_error(
                     link, raw_id, "the wrapped 'params' must be an object or an array"
                 )
                 return
-            inner_params = msg.raw[span[0] : span[1]]
+            span = spans["params"]
+            params_raw = msg.raw[span[0] : span[1]]
         method_raw = msg.raw[spans["method"][0] : spans["method"][1]]
         if link is self.editor:  # proxy mode: a message from our successor, going up
             target, upward = self.last - 1, True
@@ -408,11 +442,10 @@ class Router:
             return
         if inner_method == INITIALIZE and not upward and raw_id is not None:
             route = Route(link, raw_id, key)
-            link.incoming[key] = self._send_initialize(target, route, inner_params)
+            link.incoming[key] = self._send_initialize(target, route, params_raw)
             return
-        self._route(
-            link, target, upward, inner_method, raw_id, key, None, (method_raw, inner_params), batch
-        )
+        inner = Inner(inner_method, method_raw, inner_params, params_raw)
+        self._route(link, target, upward, inner_method, raw_id, key, msg, inner, batch)
 
     def _envelope_error(
         self, link: Link, raw_id: bytes | None, why: str, code: int = INVALID_PARAMS
@@ -422,6 +455,20 @@ class Router:
         else:
             link.send(wire.error_response(raw_id, code, "Invalid successor envelope", why)[:-1])
 
+    @staticmethod
+    def _transparent(host: PluginHost, method: str, side: str, is_request: bool) -> bool:
+        """Whether a message may pass an in-process plugin without visiting it.
+
+        Nothing it does could tell: it has no hook for the message, nothing from
+        that side is waiting in its queue (order), and for a request, no hook on
+        the reply's way back that the reply could overtake.
+        """
+        if host.wants(method) or host.queued[side]:
+            return False
+        if is_request:
+            return not (host.hooks_toward_editor if side == EDITOR else host.hooks_toward_agent)
+        return True
+
     def _route(
         self,
         source: Link,
@@ -430,56 +477,76 @@ class Router:
         method: str,
         raw_id: bytes | None,
         key: Any,
-        msg: Message | None,
-        parts: tuple[bytes, bytes | None] | None,
+        msg: Message,
+        inner: Inner | None,
         batch: Batch | None,
     ) -> None:
         """Deliver one logical message from `source` to `node`.
 
-        The message is either a plain `msg` (re-addressed by splicing its id)
-        or the `parts` (method, params) of an unwrapped envelope.
+        The message is `msg` itself (re-addressed by splicing its id), or the
+        `inner` message of the successor envelope `msg`.
         """
         if method == CANCEL:
-            self._cancel(source, msg, parts)
+            self._cancel(source, msg, inner)
             return
         target = self.nodes[node]
-        wrap = (upward and target.is_proxy) or (
-            not upward and self.proxy_mode and node == self.last
-        )
+        host = target.host
+        side = AGENT if upward else EDITOR  # where it comes from, seen from the target
+        if host is not None and self._transparent(host, method, side, raw_id is not None):
+            self._route(
+                source,
+                node - 1 if upward else node + 1,
+                upward,
+                method,
+                raw_id,
+                key,
+                msg,
+                inner,
+                batch,
+            )
+            return
+        new_id = None
         if raw_id is not None:
-            route = Route(source, raw_id, key, batch)
+            route = Route(source, raw_id, key, batch, reply_side=EDITOR if upward else AGENT)
             if batch is not None:
                 batch.expected += 1
             if target.failure is not None:
                 self._fail_route(route, target.failure)
                 return
             new_id = target.allocate(route)
-            source.incoming[key] = (target, target.next_id)
-        else:
-            if target.failure is not None:
-                return
-            new_id = None
-        if parts is None:
-            assert msg is not None
+            source.incoming[key] = (target, target.next_id, side)
+        elif target.failure is not None:
+            return
+        if host is not None:
+            if inner is None:
+                params, raw = msg.obj.get("params"), None
+            else:
+                params, raw = inner.params, inner.params_raw
+            if raw is None and params is not None and not host.wants(method):
+                raw = msg.raw_member("params")  # passes through untouched: keep its bytes
+            request_id = target.next_id if raw_id is not None else None
+            host.receive(side, _message(request_id, method, params), raw)
+            return
+        wrap = (upward and target.is_proxy) or (
+            not upward and self.proxy_mode and node == self.last
+        )
+        if inner is None:
             if not wrap:
                 target.send(msg.with_id(new_id) if new_id is not None else msg.raw)
                 return
             method_raw = msg.raw_member("method")
-            params = msg.raw_member("params") if msg.obj.get("params") is not None else None
+            params_raw = msg.raw_member("params") if msg.obj.get("params") is not None else None
             assert method_raw is not None
-            parts = (method_raw, params)
-        if wrap:
-            target.send(wire.envelope(new_id, target.wrapper, parts[0], parts[1])[:-1])
         else:
-            target.send(wire.request(new_id, parts[0], parts[1])[:-1])
+            method_raw, params_raw = inner.method_raw, inner.params_raw
+        if wrap:
+            target.send(wire.envelope(new_id, target.wrapper, method_raw, params_raw)[:-1])
+        else:
+            target.send(wire.request(new_id, method_raw, params_raw)[:-1])
 
-    def _cancel(
-        self, source: Link, msg: Message | None, parts: tuple[bytes, bytes | None] | None
-    ) -> None:
+    def _cancel(self, source: Link, msg: Message, inner: Inner | None) -> None:
         """Hop-by-hop cancellation: cancel our own request on the next hop, never theirs."""
-        params: Any = msg.obj.get("params") if msg is not None else None
-        if parts is not None and parts[1] is not None:
-            params = wire.parse(parts[1])
+        params: Any = msg.obj.get("params") if inner is None else inner.params
         request_id = params.get("requestId") if type(params) is dict else None
         if type(request_id) not in (int, str):
             log.warning("%s sent $/cancel_request without a valid requestId (dropped)", source.name)
@@ -488,11 +555,41 @@ class Router:
         if forwarded is None:
             log.debug("%s cancelled %r, which is not in flight (dropped)", source.name, request_id)
             return
-        target, our_id = forwarded
-        if target.failure is None:
+        target, our_id, side = forwarded
+        if target.failure is not None:
+            return
+        if target.host is not None:
+            target.host.receive(side, _message(None, CANCEL, {"requestId": our_id}))
+        else:
             target.send(
                 b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":%d}}' % our_id
             )
+
+    # ------------------------------------------------------- in-process plugins
+
+    def receive_from_plugin(
+        self, link: Link, to: str, message: dict[str, Any], raw: bytes | None
+    ) -> None:
+        """Route a message an in-process plugin sent toward side `to` (no JSON involved)."""
+        msg = Message(None, message, raw)
+        method = message.get("method")
+        if method is None:
+            self._response(link, msg)
+            return
+        has_id = "id" in message
+        key = message.get("id")
+        raw_id = wire.encode_id(key) if has_id else None
+        node = self._node_of[link]
+        if to == AGENT:
+            if method == INITIALIZE and raw_id is not None:
+                params = message.get("params")
+                params_raw = raw if raw is not None or params is None else orjson.dumps(params)
+                route = Route(link, raw_id, key)
+                link.incoming[key] = self._send_initialize(node + 1, route, params_raw)
+                return
+            self._route(link, node + 1, False, method, raw_id, key, msg, None, None)
+        else:
+            self._route(link, node - 1, True, method, raw_id, key, msg, None, None)
 
     # -------------------------------------------------------------- responses
 
@@ -508,6 +605,12 @@ class Router:
             self._fall_back(link, route)
             return
         if route.expect_version is not None and self._version_mismatch(link, msg, route):
+            return
+        if origin.host is not None:
+            payload = "error" if "error" in msg.obj else "result"
+            raw = msg.raw_member(payload)
+            response = {"jsonrpc": "2.0", "id": route.origin_key, payload: msg.obj.get(payload)}
+            origin.host.receive(route.reply_side, response, raw)
             return
         line = msg.with_id(route.origin_id)
         if route.batch is not None:
@@ -545,13 +648,23 @@ class Router:
             f"protocol version mismatch: {link.name} answered protocolVersion {answered!r}, "
             f"but the conductor selected {route.expect_version}"
         )
-        line = wire.error_response(route.origin_id, INTERNAL_ERROR, text, data)[:-1]
         log.error(text)
+        self._send_error(route, INTERNAL_ERROR, text, data)
+        return True
+
+    def _send_error(self, route: Route, code: int, message: str, data: Any) -> None:
+        """Answer the origin of `route` with an error the conductor itself raises."""
+        origin = route.origin
+        if origin.host is not None:
+            error = {"code": code, "message": message, "data": data}
+            response = {"jsonrpc": "2.0", "id": route.origin_key, "error": error}
+            origin.host.receive(route.reply_side, response)
+            return
+        line = wire.error_response(route.origin_id, code, message, data)[:-1]
         if route.batch is not None:
             route.batch.add(line)
         else:
-            route.origin.send(line)
-        return True
+            origin.send(line)
 
     # ---------------------------------------------------------------- failure
 
@@ -565,7 +678,7 @@ class Router:
 
     def fail_all(self, cause: dict[str, Any]) -> None:
         """The chain is shutting down: answer everything the editor still waits for."""
-        for _key, (target, our_id) in list(self.editor.incoming.items()):
+        for _key, (target, our_id, _side) in list(self.editor.incoming.items()):
             route = target.pending.pop(our_id, None)
             if route is not None:
                 self._fail_route(route, cause)
@@ -576,11 +689,31 @@ class Router:
             return
         if route.origin is self.editor and route.expect_version is not None:
             self.initializing = False
-        line = wire.error_response(route.origin_id, INTERNAL_ERROR, cause["message"], cause)[:-1]
-        if route.batch is not None:
-            route.batch.add(line)
-        else:
-            route.origin.send(line)
+        self._send_error(route, INTERNAL_ERROR, cause["message"], cause)
+
+
+class Inner:
+    """The message inside a successor envelope: parsed values and their exact bytes."""
+
+    __slots__ = ("method", "method_raw", "params", "params_raw")
+
+    def __init__(
+        self, method: str, method_raw: bytes, params: Any, params_raw: bytes | None
+    ) -> None:
+        self.method = method
+        self.method_raw = method_raw
+        self.params = params
+        self.params_raw = params_raw
+
+
+def _message(request_id: int | None, method: str, params: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0"}
+    if request_id is not None:
+        message["id"] = request_id
+    message["method"] = method
+    if params is not None:
+        message["params"] = params
+    return message
 
 
 def _error_code(msg: Message) -> Any:

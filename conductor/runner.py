@@ -20,6 +20,7 @@ import trio
 
 from .chain import Chain
 from .fdio import FdWriter, flush_all, read_lines
+from .plugin_host import PluginHost
 from .process import (
     ChildProcess,
     StderrSink,
@@ -40,6 +41,22 @@ class _Component:
     link: Link
     writer: FdWriter
     reported: bool = False
+
+
+class _RouterTransport:
+    """Carries an in-process plugin's messages into the router: Python objects, no JSON."""
+
+    def __init__(self, runner: ChainRunner, link: Link) -> None:
+        self.runner = runner
+        self.link = link
+
+    def send(self, to: str, message: dict[str, Any], raw: bytes | None) -> None:
+        self.runner.router.receive_from_plugin(self.link, to, message, raw)
+        flush_all(self.runner.dirty)
+
+
+def _no_bytes(line: bytes) -> None:
+    raise AssertionError("an in-process plugin link was sent bytes")
 
 
 class ChainRunner:
@@ -63,6 +80,8 @@ class ChainRunner:
         self.editor = Link("editor", self.editor_writer.send, is_proxy=False)
         self.router = Router(self.editor, chain.proxy_mode, self._start_components)
         self.components: list[_Component] = []
+        # Plugins are made before anything starts: a refusal stops the run right here.
+        self.plugins = {c.name: c.make_plugin() for c in chain.proxies if c.plugin is not None}
         self.exit_code = 0
         self._done = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -99,6 +118,14 @@ class ChainRunner:
         assert self._nursery is not None
         links = []
         for spec in self.chain.components:
+            if spec.plugin is not None:
+                link = Link(spec.name, _no_bytes, is_proxy=True)
+                link.host = PluginHost(
+                    self.plugins[spec.name], spec.name, _RouterTransport(self, link)
+                )
+                self._nursery.start_soon(link.host.run)
+                links.append(link)
+                continue
             try:
                 process = ChildProcess(spec)
             except OSError as exc:

@@ -142,15 +142,26 @@ class Message:
     """One JSON-RPC object: the bytes it arrived as, and the parsed object.
 
     Spans of top-level members are located lazily, once, and only when the
-    message has to be re-addressed.
+    message has to be re-addressed. A message born in Python (from an
+    in-process plugin) has no bytes until a pipe needs them; `payload` then
+    holds the exact bytes of its params, result or error when they are known.
     """
 
-    __slots__ = ("_spans", "obj", "raw")
+    __slots__ = ("_payload", "_raw", "_spans", "obj")
 
-    def __init__(self, raw: bytes, obj: dict[str, Any]) -> None:
-        self.raw = raw
+    def __init__(
+        self, raw: bytes | None, obj: dict[str, Any], payload: bytes | None = None
+    ) -> None:
+        self._raw = raw
         self.obj = obj
         self._spans: dict[str, Span] | None = None
+        self._payload = payload
+
+    @property
+    def raw(self) -> bytes:
+        if self._raw is None:
+            self._raw = _encode(self.obj, self._payload)
+        return self._raw
 
     @property
     def spans(self) -> dict[str, Span]:
@@ -191,6 +202,23 @@ class Message:
         if not isinstance(value, dict):
             return None
         return members(self.raw, self.spans[key], len(value)), value
+
+
+_PAYLOAD_KEYS = ("params", "result", "error")
+
+
+def _encode(obj: dict[str, Any], payload: bytes | None) -> bytes:
+    """Bytes for a message built in Python, splicing in its payload bytes when known."""
+    if payload is None:
+        return orjson.dumps(obj)
+    key = next(k for k in _PAYLOAD_KEYS if k in obj)
+    head = orjson.dumps({k: v for k, v in obj.items() if k != key})
+    return head[:-1] + (b',"' if len(head) > 2 else b'"') + key.encode() + b'":' + payload + b"}"
+
+
+def encode_id(value: Any) -> bytes:
+    """The bytes of an id value (from a message born in Python)."""
+    return orjson.dumps(value)
 
 
 def raw_integer(raw: bytes) -> int | None:

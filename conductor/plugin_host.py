@@ -1,0 +1,337 @@
+"""Runs one plugin object as a proxy, whatever carries its messages.
+
+The host is the proxy half of the protocol: it receives requests,
+notifications and responses from the editor side or the agent side, calls the
+plugin's hooks, forwards what goes on with ids of its own, and translates
+cancellations. A transport (the in-process link of the router, or stdio for
+`conductor proxy`) only moves message dicts; the host never encodes JSON.
+
+Ordering: messages from each side are handled one at a time, in order; the
+next one waits until the current hook has decided (forwarded, answered or
+dropped) its call, not until the hook finishes, so a hook that awaits a reply
+does not stall the traffic behind it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+
+from .plugin import AGENT, EDITOR, TOWARD_AGENT, TOWARD_EDITOR, Call, Context, Reply, hook_name
+
+log = logging.getLogger("conductor")
+
+CANCEL = "$/cancel_request"
+REQUEST_CANCELLED = -32800
+INTERNAL_ERROR = -32603
+
+Hook = Callable[[Call], Awaitable[Any]]
+
+
+class Transport(Protocol):
+    def send(self, to: str, message: dict[str, Any], raw: bytes | None) -> None:
+        """Deliver `message` toward side `to`. `raw` is the exact payload bytes (params,
+        result or error) when the payload is unchanged, so it can travel as received."""
+
+
+class _Pending:
+    """One request the host sent: where its reply goes, or who awaits it."""
+
+    __slots__ = ("origin", "origin_id", "waiter")
+
+    def __init__(
+        self, origin: str | None, origin_id: Any, waiter: trio.MemorySendChannel[Reply] | None
+    ) -> None:
+        self.origin = origin
+        self.origin_id = origin_id
+        self.waiter = waiter
+
+
+class PluginHost:
+    """Dispatches one plugin's traffic; see the module docstring."""
+
+    def __init__(self, plugin: Any, name: str, transport: Transport) -> None:
+        self.plugin = plugin
+        self.name = name
+        self.transport = transport
+        self.ctx = Context(self, name)
+        self._hooks: dict[str, Hook] = {}
+        self._catch_all: Hook | None = getattr(plugin, "on_message", None)
+        for attribute in dir(type(plugin)):
+            if attribute.startswith("on_") and attribute != "on_message":
+                self._hooks[attribute] = getattr(plugin, attribute)
+        self.hooks_toward_editor = (
+            self._catch_all is not None
+            or any(hook_name(m) in self._hooks for m in TOWARD_EDITOR)
+            or any(self._unknown_direction(h) for h in self._hooks)
+        )
+        self.hooks_toward_agent = (
+            self._catch_all is not None
+            or any(hook_name(m) in self._hooks for m in TOWARD_AGENT)
+            or any(self._unknown_direction(h) for h in self._hooks)
+        )
+        self._ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        self._forwarded: dict[tuple[str, Any], int] = {}
+        self._active: dict[tuple[str, Any], trio.CancelScope] = {}
+        self._cancelled: set[tuple[str, Any]] = set()
+        self._queues: dict[
+            str, tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]]
+        ] = {side: trio.open_memory_channel[Any](math.inf) for side in (EDITOR, AGENT)}
+        self.queued = {EDITOR: 0, AGENT: 0}  # messages from each side not yet decided
+        self._nursery: trio.Nursery | None = None
+
+    @staticmethod
+    def _unknown_direction(attribute: str) -> bool:
+        known = {hook_name(m) for m in TOWARD_AGENT | TOWARD_EDITOR}
+        return attribute not in known and attribute not in ("on_start",)
+
+    def hook_for(self, method: str) -> Hook | None:
+        return self._hooks.get(hook_name(method)) or self._catch_all
+
+    def wants(self, method: str) -> bool:
+        """Whether a message with this method must go through the plugin at all."""
+        return self._catch_all is not None or hook_name(method) in self._hooks
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            start = getattr(self.plugin, "on_start", None)
+            if start is not None:
+                await start(self.ctx)
+            nursery.start_soon(self._pump, EDITOR)
+            nursery.start_soon(self._pump, AGENT)
+
+    def receive(self, source: str, message: dict[str, Any], raw: bytes | None = None) -> None:
+        """Accept one message from side `source` (never blocks)."""
+        if message.get("method") == CANCEL:
+            self._on_cancel(source, message.get("params"))
+            return
+        self.queued[source] += 1
+        self._queues[source][0].send_nowait((message, raw))
+
+    async def _pump(self, source: str) -> None:
+        async for message, raw in self._queues[source][1]:
+            try:
+                await self._handle(source, message, raw)
+            finally:
+                self.queued[source] -= 1
+
+    async def _handle(self, source: str, message: dict[str, Any], raw: bytes | None) -> None:
+        method = message.get("method")
+        if method is None:
+            self._on_response(message, raw)
+            return
+        request_id = message.get("id")
+        is_request = "id" in message
+        if is_request and (source, request_id) in self._cancelled:
+            self._cancelled.discard((source, request_id))
+            self._send_response(source, request_id, {"error": _cancelled_error()}, None)
+            return
+        hook = self.hook_for(method)
+        if hook is None:
+            self._pass(source, message, raw)
+            return
+        if not is_request:
+            request_id = None
+        call = Call(self, source, method, message.get("params"), request_id, raw)
+        decided = trio.Event()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_hook, hook, call, decided, is_request)
+        await decided.wait()
+
+    def _pass(self, source: str, message: dict[str, Any], raw: bytes | None) -> None:
+        """Forward a message no hook looked at, payload bytes untouched."""
+        to = AGENT if source == EDITOR else EDITOR
+        if "id" in message:
+            our_id = next(self._ids)
+            self._pending[our_id] = _Pending(source, message["id"], None)
+            self._forwarded[(source, message["id"])] = our_id
+            out = {"jsonrpc": "2.0", "id": our_id, "method": message["method"]}
+        else:
+            out = {"jsonrpc": "2.0", "method": message["method"]}
+        if message.get("params") is not None:
+            out["params"] = message["params"]
+        self.transport.send(to, out, raw)
+
+    # -------------------------------------------------------------------- hooks
+
+    async def _run_hook(
+        self, hook: Hook, call: Call, decided: trio.Event, is_request: bool
+    ) -> None:
+        key = (call.source, call.id)
+        reply: Reply | None = None
+        with trio.CancelScope() as scope:
+            if is_request:
+                self._active[key] = scope
+            call._event = decided
+            try:
+                await hook(call)
+                if not call._decided:
+                    if is_request:
+                        self._forward_request(call, None)
+                    else:
+                        self._forward_notification(call)
+                reply = call._reply
+            except Exception as exc:
+                self._hook_failed(hook, call, exc)
+            finally:
+                self._active.pop(key, None)
+                call._decided = True
+                decided.set()
+        if scope.cancelled_caught and is_request and not call.answered:
+            call.answered = True
+            self._send_response(call.source, call.id, {"error": _cancelled_error()}, None)
+        elif reply is not None and not call.answered:
+            call.answered = True
+            self._send_response(call.source, call.id, reply.as_message(), None)
+
+    def _hook_failed(self, hook: Hook, call: Call, exc: Exception) -> None:
+        where = getattr(hook, "__name__", "hook")
+        log.error(
+            "proxy %r: %s raised %s: %s\n%s",
+            self.name,
+            where,
+            type(exc).__name__,
+            exc,
+            traceback.format_exc(),
+        )
+        if call.is_request:
+            if not call.answered:
+                call.answered = True
+                error = {
+                    "code": INTERNAL_ERROR,
+                    "message": f"proxy {self.name!r} failed in {where}: {type(exc).__name__}: {exc}",
+                    "data": {
+                        "proxy": self.name,
+                        "hook": where,
+                        "exception": type(exc).__name__,
+                        "detail": str(exc),
+                    },
+                }
+                self._send_response(call.source, call.id, {"error": error}, None)
+        elif not call._decided:
+            # Nothing is lost: the notification goes on as it arrived.
+            self._forward_notification(call, call._raw)
+
+    async def forward_call(self, call: Call) -> Reply | None:
+        if call._decided:
+            raise RuntimeError(f"{call!r} was already forwarded or answered")
+        if not call.is_request:
+            self._forward_notification(call)
+            return None
+        send, receive = trio.open_memory_channel[Reply](1)
+        self._forward_request(call, send)
+        reply = await receive.receive()
+        call._reply = reply
+        return reply
+
+    def _forward_request(self, call: Call, waiter: trio.MemorySendChannel[Reply] | None) -> None:
+        our_id = next(self._ids)
+        self._pending[our_id] = _Pending(call.source, call.id, waiter)
+        self._forwarded[(call.source, call.id)] = our_id
+        self._decide(call)
+        self.transport.send(call.destination, _request(our_id, call.method, call.params), None)
+
+    def _forward_notification(self, call: Call, raw: bytes | None = None) -> None:
+        self._decide(call)
+        self.transport.send(call.destination, _request(None, call.method, call.params), raw)
+
+    def answer_call(self, call: Call, payload: dict[str, Any]) -> None:
+        if not call.is_request:
+            raise ValueError("a notification cannot be answered")
+        if call.answered:
+            raise RuntimeError(f"{call!r} was already answered")
+        call.answered = True
+        self._decide(call)
+        self._send_response(call.source, call.id, payload, None)
+
+    @staticmethod
+    def _decide(call: Call) -> None:
+        call._decided = True
+        if call._event is not None:
+            call._event.set()
+
+    # -------------------------------------------------------- own messages
+
+    async def own_request(self, to: str, method: str, params: Any) -> Reply:
+        our_id = next(self._ids)
+        send, receive = trio.open_memory_channel[Reply](1)
+        self._pending[our_id] = _Pending(None, None, send)
+        self.transport.send(to, _request(our_id, method, params), None)
+        try:
+            return await receive.receive()
+        except trio.Cancelled:
+            if self._pending.pop(our_id, None) is not None:
+                self.transport.send(to, _request(None, CANCEL, {"requestId": our_id}), None)
+            raise
+
+    def own_notification(self, to: str, method: str, params: Any) -> None:
+        self.transport.send(to, _request(None, method, params), None)
+
+    # ---------------------------------------------------- responses and cancels
+
+    def _on_response(self, message: dict[str, Any], raw: bytes | None) -> None:
+        pending = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
+        if pending is None:
+            log.warning("proxy %r got a response to an unknown id %r", self.name, message.get("id"))
+            return
+        if pending.origin is not None:
+            self._forwarded.pop((pending.origin, pending.origin_id), None)
+        if pending.waiter is not None:
+            pending.waiter.send_nowait(Reply(message.get("result"), message.get("error")))
+            return
+        assert pending.origin is not None
+        payload = (
+            {"error": message["error"]} if "error" in message else {"result": message.get("result")}
+        )
+        self._send_response(pending.origin, pending.origin_id, payload, raw)
+
+    def _send_response(
+        self, to: str, request_id: Any, payload: dict[str, Any], raw: bytes | None
+    ) -> None:
+        self.transport.send(to, {"jsonrpc": "2.0", "id": request_id, **payload}, raw)
+
+    def _on_cancel(self, source: str, params: Any) -> None:
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        key = (source, request_id)
+        our_id = self._forwarded.get(key)
+        if our_id is not None:
+            to = AGENT if source == EDITOR else EDITOR
+            self.transport.send(to, _request(None, CANCEL, {"requestId": our_id}), None)
+        elif key in self._active:
+            self._active[key].cancel()
+        elif self.queued[source]:
+            self._cancelled.add(key)
+
+    def fail_pending(self, error: dict[str, Any]) -> None:
+        """The other side is gone: answer every request still waiting on it."""
+        for our_id, pending in list(self._pending.items()):
+            del self._pending[our_id]
+            if pending.waiter is not None:
+                pending.waiter.send_nowait(Reply(None, error))
+            elif pending.origin is not None:
+                self._send_response(pending.origin, pending.origin_id, {"error": error}, None)
+
+
+def _request(request_id: int | None, method: str, params: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0"}
+    if request_id is not None:
+        message["id"] = request_id
+    message["method"] = method
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def _cancelled_error() -> dict[str, Any]:
+    return {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
