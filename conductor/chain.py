@@ -229,7 +229,7 @@ class _Resolver:
         if "cwd" in table:
             if not isinstance(table["cwd"], str):
                 raise self.fail(f"{label}: 'cwd' must be a string", "cwd", section)
-            cwd = (self.folder / table["cwd"]).resolve()
+            cwd = Path(os.path.normpath(self.folder / table["cwd"]))
             if not cwd.is_dir():
                 raise self.fail(f"{label}: 'cwd' {str(cwd)!r} is not a folder", "cwd", section)
         dialect = table.get("dialect", "auto")
@@ -290,7 +290,9 @@ class _Resolver:
         if program in PYTHON_NAMES:
             program = sys.executable
         elif "/" in program:
-            resolved = (self.folder / program).resolve()
+            resolved = Path(
+                os.path.normpath(self.folder / program)
+            )  # keep symlinks: a venv's python
             if not (resolved.is_file() and os.access(resolved, os.X_OK)):
                 raise self.fail(
                     f"{label}: executable not found: {str(resolved)!r}", "command", section
@@ -311,7 +313,7 @@ class _Resolver:
         if arg.startswith("-") or os.path.isabs(arg) or "/" not in arg:
             return arg
         candidate = self.folder / arg
-        return str(candidate.resolve()) if candidate.exists() else arg
+        return os.path.normpath(candidate) if candidate.exists() else arg
 
 
 def _default_name(command: list[str], role: str) -> str:

@@ -522,8 +522,10 @@ class Router:
                 params, raw = msg.obj.get("params"), None
             else:
                 params, raw = inner.params, inner.params_raw
-            if raw is None and params is not None and not host.wants(method):
-                raw = msg.raw_member("params")  # passes through untouched: keep its bytes
+            if raw is None and params is not None and (raw_id is None or not host.wants(method)):
+                # Kept for what passes untouched, and for a notification whose hook fails
+                # (it then goes on exactly as it arrived).
+                raw = msg.raw_member("params")
             request_id = target.next_id if raw_id is not None else None
             host.receive(side, _message(request_id, method, params), raw)
             return

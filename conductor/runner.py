@@ -87,6 +87,7 @@ class ChainRunner:
         self._nursery: trio.Nursery | None = None
         self._stderr = StderrSink()
         self._closing = False
+        self._editor_gone = False
 
     async def run(self) -> int:
         """Serve until the editor leaves, a signal arrives, or a component dies."""
@@ -179,6 +180,7 @@ class ChainRunner:
     async def _read_editor(self) -> None:
         await read_lines(self.editor_in, lambda lines: self._deliver(self.editor, lines))
         log.info("editor closed its input; shutting down")
+        self._editor_gone = True
         self._done.set()
 
     def _deliver(self, link: Link, lines: list[bytes]) -> Awaitable[None] | None:
@@ -204,12 +206,23 @@ class ChainRunner:
                 return
 
     async def _shutdown(self) -> None:
-        self._closing = True
         flush_all(self.dirty)
         with trio.CancelScope(shield=True):
+            if self._editor_gone and self.exit_code == 0:
+                # The editor stopped writing but may still read: let what it asked finish.
+                with trio.move_on_after(self.grace):
+                    while self.editor.incoming and self.exit_code == 0:
+                        await trio.sleep(0.01)
+            self._closing = True
             await stop_processes([c.process for c in self.components], grace=self.grace)
             if self.reap_orphans:
                 kill_adopted_orphans()
+            self.router.fail_all(
+                {
+                    "message": "the chain shut down before answering this request",
+                    "component": "conductor",
+                }
+            )
             with trio.move_on_after(1.0):
                 flush_all(self.dirty)
                 if not self.editor_writer.idle:

@@ -7,88 +7,29 @@ Each emitted message is validated against the `$defs` entry of the negotiated AC
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+from schema_check import AGENT, CLIENT, validator
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 10.0  # generous per-message bound: a broken agent fails instead of hanging
 
 
-def find_schema_dir() -> Path | None:
-    candidates = [os.environ.get("ACP_SCHEMA_DIR"), REPO / "schema", "/work/shared/acp-schema"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "v1" / "schema.json").is_file():
-            return Path(candidate)
-    return None
-
-
-SCHEMA_DIR = find_schema_dir()
-pytestmark = pytest.mark.skipif(SCHEMA_DIR is None, reason="ACP schemas not found")
-
-
-@cache
-def schema_defs(version: int) -> dict[str, Any]:
-    assert SCHEMA_DIR is not None
-    defs: dict[str, Any] = json.loads((SCHEMA_DIR / f"v{version}" / "schema.json").read_text())[
-        "$defs"
-    ]
-    return defs
-
-
-@cache
-def validator(version: int, name: str) -> jsonschema.Draft202012Validator:
-    schema = {"$ref": f"#/$defs/{name}", "$defs": schema_defs(version)}
-    return jsonschema.Draft202012Validator(schema)
+def check(version: int, name: str, value: Any) -> None:
+    validator(version, unstable=False).check(name, value)
 
 
 def def_name(version: int, method: str, side: str, suffix: str) -> str | None:
-    """The `$defs` entry for `method` handled by `side`; suffix picks Request/Response/..."""
-    names = [
-        name
-        for name, d in schema_defs(version).items()
-        if d.get("x-method") == method and d.get("x-side") == side and name.endswith(suffix)
-    ]
-    assert len(names) <= 1, names
-    return names[0] if names else None
-
-
-def check(version: int, name: str, value: Any) -> None:
-    validator(version, name).validate(value)
-
-
-def validate_outgoing(version: int, msg: dict[str, Any], method_of: dict[Any, str]) -> None:
-    """Validate one agent-emitted message: envelope, then params/result of its method."""
-    assert msg.get("jsonrpc") == "2.0", msg
-    if "method" in msg:
-        method = msg["method"]
-        if "id" in msg:
-            check(version, "AgentRequest", msg)
-            name = def_name(version, method, "client", "Request")
-        else:
-            check(version, "AgentNotification", msg)
-            side = "protocol" if method.startswith("$/") else "client"
-            name = def_name(version, method, side, "Notification")
-        assert name is not None, f"agent sent {method}, which has no schema"
-        check(version, name, msg["params"])
-        return
-    check(version, "AgentResponse", msg)
-    if "error" in msg:
-        check(version, "Error", msg["error"])
-        return
-    name = def_name(version, method_of[msg["id"]], "agent", "Response")
-    if name is not None:  # extension methods such as _demo/echo have none
-        check(version, name, msg["result"])
+    return validator(version, unstable=False).def_name(method, side, suffix)
 
 
 class AgentProcess:
@@ -105,6 +46,7 @@ class AgentProcess:
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.method_of: dict[Any, str] = {}
+        self.schema = validator(version, unstable=False)  # stable schema: what the agent claims
         self.next_id = 100
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -148,7 +90,9 @@ class AgentProcess:
         assert line is not None, "agent closed stdout: " + self.stderr_text()
         assert line.endswith(b"\n")
         msg: dict[str, Any] = json.loads(line)
-        validate_outgoing(self.version, msg, self.method_of)
+        if "method" not in msg and msg.get("id") in self.method_of:
+            self.schema.remember(msg["id"], self.method_of[msg["id"]], CLIENT)
+        self.schema.check_message(msg, AGENT)
         return msg
 
     def call(self, method: str, params: Any = None) -> dict[str, Any]:
