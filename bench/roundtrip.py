@@ -77,10 +77,14 @@ class Pipe:
         self.proc.wait(timeout=30)
 
 
-def chain_file(folder: Path, proxies: int, agent: list[str]) -> Path:
-    text = "".join(f"[[proxy]]\ncommand = {json.dumps(PROXY)}\n" for _ in range(proxies))
-    text += f"[agent]\ncommand = {json.dumps(agent)}\n"
-    path = folder / f"bench-{proxies}-{len(agent)}-{agent[-1]}.toml"
+def chain_file(folder: Path, proxies: int, agent: list[str], plugin: str | None = None) -> Path:
+    """A chain of `proxies` subprocess pass-through proxies, or of in-process `plugin`s."""
+    if plugin is None:
+        block = f"[[proxy]]\ncommand = {json.dumps(PROXY)}\n"
+    else:
+        block = f'[[proxy]]\nplugin = "bench.plugins:{plugin}"\n'
+    text = block * proxies + f"[agent]\ncommand = {json.dumps(agent)}\n"
+    path = folder / f"bench-{proxies}-{plugin}-{len(agent)}-{agent[-1]}.toml"
     path.write_text(text)
     return path
 
@@ -159,15 +163,23 @@ def main() -> None:
         streamer = [*AGENT[:-1], str(args.updates)]
         configs: dict[str, list[str]] = {"direct": AGENT}
         stream_configs: dict[str, list[str]] = {"direct": streamer}
-        for n in (0, 1, 3):
-            name = f"conductor, {n} proxies"
-            configs[name] = [PY, "-m", "conductor", "run", str(chain_file(folder, n, AGENT))]
+        variants = [(n, None, f"conductor, {n} proxies") for n in (0, 1, 3)]
+        variants += [(n, "PassThrough", f"conductor, {n} in-process pass-through") for n in (1, 3)]
+        variants += [(n, "Inspecting", f"conductor, {n} in-process inspecting") for n in (1, 3)]
+        for n, plugin, name in variants:
+            configs[name] = [
+                PY,
+                "-m",
+                "conductor",
+                "run",
+                str(chain_file(folder, n, AGENT, plugin)),
+            ]
             stream_configs[name] = [
                 PY,
                 "-m",
                 "conductor",
                 "run",
-                str(chain_file(folder, n, streamer)),
+                str(chain_file(folder, n, streamer, plugin)),
             ]
         trips: dict[str, list[float]] = {name: [] for name in configs}
         streams: dict[str, list[float]] = {name: [] for name in configs}

@@ -28,6 +28,7 @@ from .plugin import AGENT, EDITOR, TOWARD_AGENT, TOWARD_EDITOR, Call, Context, R
 log = logging.getLogger("conductor")
 
 CANCEL = "$/cancel_request"
+_UNKNOWN = object()
 REQUEST_CANCELLED = -32800
 INTERNAL_ERROR = -32603
 
@@ -76,6 +77,9 @@ class PluginHost:
             or any(hook_name(m) in self._hooks for m in TOWARD_AGENT)
             or any(self._unknown_direction(h) for h in self._hooks)
         )
+        self._by_method: dict[str, Hook | None] = {}
+        # No hooks at all: the router lets everything pass without a visit.
+        self.inert = not self._hooks and self._catch_all is None
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._forwarded: dict[tuple[str, Any], int] = {}
@@ -93,11 +97,14 @@ class PluginHost:
         return attribute not in known and attribute not in ("on_start",)
 
     def hook_for(self, method: str) -> Hook | None:
-        return self._hooks.get(hook_name(method)) or self._catch_all
+        hook = self._by_method.get(method, _UNKNOWN)
+        if hook is _UNKNOWN:
+            hook = self._by_method[method] = self._hooks.get(hook_name(method)) or self._catch_all
+        return hook  # type: ignore[return-value]
 
     def wants(self, method: str) -> bool:
         """Whether a message with this method must go through the plugin at all."""
-        return self._catch_all is not None or hook_name(method) in self._hooks
+        return self.hook_for(method) is not None
 
     # ------------------------------------------------------------------ running
 
@@ -113,9 +120,17 @@ class PluginHost:
 
     def receive(self, source: str, message: dict[str, Any], raw: bytes | None = None) -> None:
         """Accept one message from side `source` (never blocks)."""
-        if message.get("method") == CANCEL:
+        method = message.get("method")
+        if method == CANCEL:
             self._on_cancel(source, message.get("params"))
             return
+        if method is None:
+            pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            if pending is not None and pending.origin is None:
+                # The reply to the plugin's own request: no ordering to keep, and a hook
+                # holding its side's queue may be the one waiting for it.
+                self._on_response(message, raw)
+                return
         self.queued[source] += 1
         self._queues[source][0].send_nowait((message, raw))
 
@@ -142,7 +157,10 @@ class PluginHost:
             self._pass(source, message, raw)
             return
         if not is_request:
-            request_id = None
+            await self._notification_hook(
+                hook, Call(self, source, method, message.get("params"), None, raw)
+            )
+            return
         call = Call(self, source, method, message.get("params"), request_id, raw)
         decided = trio.Event()
         assert self._nursery is not None
@@ -164,6 +182,16 @@ class PluginHost:
         self.transport.send(to, out, raw)
 
     # -------------------------------------------------------------------- hooks
+
+    async def _notification_hook(self, hook: Hook, call: Call) -> None:
+        """Notifications are decided when their hook returns: run it right here."""
+        try:
+            await hook(call)
+        except Exception as exc:
+            self._hook_failed(hook, call, exc)
+            return
+        if not call._decided:
+            self._forward_notification(call)
 
     async def _run_hook(
         self, hook: Hook, call: Call, decided: trio.Event, is_request: bool

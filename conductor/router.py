@@ -489,22 +489,15 @@ class Router:
         if method == CANCEL:
             self._cancel(source, msg, inner)
             return
+        side = AGENT if upward else EDITOR  # where it comes from, seen from the target
         target = self.nodes[node]
         host = target.host
-        side = AGENT if upward else EDITOR  # where it comes from, seen from the target
-        if host is not None and self._transparent(host, method, side, raw_id is not None):
-            self._route(
-                source,
-                node - 1 if upward else node + 1,
-                upward,
-                method,
-                raw_id,
-                key,
-                msg,
-                inner,
-                batch,
-            )
-            return
+        while host is not None and (
+            host.inert or self._transparent(host, method, side, raw_id is not None)
+        ):
+            node += -1 if upward else 1
+            target = self.nodes[node]
+            host = target.host
         new_id = None
         if raw_id is not None:
             route = Route(source, raw_id, key, batch, reply_side=EDITOR if upward else AGENT)

@@ -241,3 +241,24 @@ def test_conductor_proxy_rejects_bad_options():
         timeout=30,
     )
     assert done.returncode == 2 and b"KEY=VALUE" in done.stderr
+
+
+def test_hooks_may_wait_on_the_side_their_message_came_from(make_chain, conductor, mode):
+    chain = make_chain(
+        plugin_block("tests.fixtures.plugins:Consulting", mode, "consulting")
+        + demo_agent_block("--chunks", "2")
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    peer.request(5, "session/prompt", prompt_params(session, "hi"))
+    _, ask = peer.read_until(lambda m: m.get("method") == "_test/consult")
+    peer.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"a": "yes"}})
+    updates, response = peer.response(5)
+    assert response["result"]["stopReason"] == "end_turn"
+    chunks = [
+        u["params"]["update"]["content"]["text"]
+        for u in updates
+        if u.get("method") == "session/update"
+    ]
+    assert all(c.endswith("(1)") for c in chunks) and len(chunks) == 2
+    assert "".join(c[:-3] for c in chunks) == "You said: yes\nhi"
