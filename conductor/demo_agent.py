@@ -434,6 +434,14 @@ class DemoAgent:
             session.history.append(user_message)
             self.send_update(session.session_id, user_message)
             self.send_state(turn, "running")
+        if "think" in lowered:
+            thought: JsonObj = {
+                "sessionUpdate": "agent_thought_chunk",
+                "content": text_block("Thinking it over."),
+            }
+            if self.version == 2:
+                thought["messageId"] = self.new_id("msg")
+            self.send_update(session.session_id, thought)
         if "permission" in lowered:
             self.ask_permission(turn)
         else:

@@ -1,8 +1,9 @@
 """Validate ACP wire messages against the official JSON schemas (shared/acp-schema).
 
-The schemas live outside the repository: `$ACP_SCHEMA_DIR`, else `<repo>/../shared/acp-schema`
-(where CI puts a copy of shared/), else `/work/shared/acp-schema`. When none exists, the test
-asking for them fails: schema checks are never silently skipped.
+The schemas are looked up in `$ACP_SCHEMA_DIR`, else `<repo>/../shared/acp-schema` (where CI
+puts a copy of shared/), else `/work/shared/acp-schema`, else the copy kept in
+`tests/acp-schema`. When none exists, the test asking for them fails: schema checks are never
+silently skipped.
 
 Usage, one `Validator` per connection (it remembers the requests of both ends, so responses
 can be checked against the response def of their request's method)::
@@ -59,6 +60,8 @@ def schema_candidates() -> list[Path]:
     env = os.environ.get(ENV_VAR)
     candidates = [Path(env)] if env else []
     candidates += [REPO.parent / "shared" / "acp-schema", Path("/work/shared/acp-schema")]
+    # A copy kept in the repository (with its license) so a fresh clone can run the suite.
+    candidates.append(REPO / "tests" / "acp-schema")
     return candidates
 
 

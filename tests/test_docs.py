@@ -1,0 +1,73 @@
+"""docs/writing-proxies.md: every snippet is real code, and that code works."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import ROOT, agent_text, demo_agent_block, prompt_params, start_session
+from test_plugins import plugin_block
+
+DOC = ROOT / "docs" / "writing-proxies.md"
+EXAMPLES = ROOT / "docs" / "examples"
+
+
+def test_every_python_snippet_is_an_example_file():
+    snippets = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    files = {p.name: p.read_text() for p in EXAMPLES.glob("*.py")}
+    assert len(snippets) == len(files) == 4
+    for snippet in snippets:
+        assert snippet in files.values(), snippet[:80]
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "standalone"])
+def test_prefix_example(make_chain, conductor, mode):
+    chain = make_chain(
+        plugin_block("docs.examples.prefix:Prefix", mode, "prefix", prefix=">> ")
+        + demo_agent_block("--chunks", "2")
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    peer.request(5, "session/prompt", prompt_params(session, "hello"))
+    updates, _ = peer.response(5)
+    assert agent_text(updates) == ">> You said>> : hello"
+
+
+def test_counter_example(make_chain, conductor):
+    chain = make_chain(
+        plugin_block("docs.examples.counter:PromptCounter", "inprocess", "counter")
+        + demo_agent_block()
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    for i in (1, 2):
+        peer.request(i + 10, "session/prompt", prompt_params(session, "hi"))
+        updates, _ = peer.response(i + 10)
+        assert agent_text(updates) == f"You said: (prompt {i})\nhi"
+    peer.request(20, "_counter/get", {"sessionId": session})
+    _, answer = peer.response(20)
+    assert answer["result"] == {"prompts": 2}
+
+
+def test_both_ways_example(make_chain, conductor):
+    chain = make_chain(
+        plugin_block("docs.examples.both_ways:Auditor", "inprocess", "auditor") + demo_agent_block()
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    peer.request(5, "session/prompt", prompt_params(session, "hi"))
+    updates, response = peer.response(5)
+    note = next(m for m in updates if m.get("method") == "_audit/prompt")
+    assert note["params"] == {"agentSaid": {"params": {"audit": True}}, "stopReason": "end_turn"}
+    assert response["result"]["stopReason"] == "end_turn"
+
+
+def test_quiet_example_passes_other_updates(make_chain, conductor):
+    chain = make_chain(
+        plugin_block("docs.examples.quiet:NoThoughts", "inprocess", "quiet") + demo_agent_block()
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    peer.request(5, "session/prompt", prompt_params(session, "hi"))
+    updates, _ = peer.response(5)
+    assert agent_text(updates) == "You said: hi"
