@@ -29,6 +29,7 @@ log = logging.getLogger("conductor")
 
 CANCEL = "$/cancel_request"
 _UNKNOWN = object()
+QUEUE_HIGH_WATER = 4096  # messages waiting for a plugin before the conductor stops reading
 REQUEST_CANCELLED = -32800
 INTERNAL_ERROR = -32603
 
@@ -89,7 +90,17 @@ class PluginHost:
             str, tuple[trio.MemorySendChannel[Any], trio.MemoryReceiveChannel[Any]]
         ] = {side: trio.open_memory_channel[Any](math.inf) for side in (EDITOR, AGENT)}
         self.queued = {EDITOR: 0, AGENT: 0}  # messages from each side not yet decided
+        self._room = trio.Event()
+        self._room.set()
         self._nursery: trio.Nursery | None = None
+
+    @property
+    def congested(self) -> bool:
+        """Too much is waiting for this plugin: its sources should pause (back-pressure)."""
+        return not self._room.is_set()
+
+    async def wait_room(self) -> None:
+        await self._room.wait()
 
     @staticmethod
     def _unknown_direction(attribute: str) -> bool:
@@ -133,6 +144,8 @@ class PluginHost:
                 return
         self.queued[source] += 1
         self._queues[source][0].send_nowait((message, raw))
+        if self.queued[source] > QUEUE_HIGH_WATER and self._room.is_set():
+            self._room = trio.Event()
 
     async def _pump(self, source: str) -> None:
         async for message, raw in self._queues[source][1]:
@@ -140,6 +153,8 @@ class PluginHost:
                 await self._handle(source, message, raw)
             finally:
                 self.queued[source] -= 1
+                if not self._room.is_set() and max(self.queued.values()) <= QUEUE_HIGH_WATER // 2:
+                    self._room.set()
 
     async def _handle(self, source: str, message: dict[str, Any], raw: bytes | None) -> None:
         method = message.get("method")

@@ -80,6 +80,7 @@ class ChainRunner:
         self.editor = Link("editor", self.editor_writer.send, is_proxy=False)
         self.router = Router(self.editor, chain.proxy_mode, self._start_components)
         self.components: list[_Component] = []
+        self.hosts: list[PluginHost] = []
         # Plugins are made before anything starts: a refusal stops the run right here.
         self.plugins = {c.name: c.make_plugin() for c in chain.proxies if c.plugin is not None}
         self.exit_code = 0
@@ -188,7 +189,11 @@ class ChainRunner:
         for line in lines:
             receive(link, line)
         flush_all(self.dirty)
-        if self.editor_writer.congested or any(c.writer.congested for c in self.components):
+        if (
+            self.editor_writer.congested
+            or any(c.writer.congested for c in self.components)
+            or any(h.congested for h in self.hosts)
+        ):
             return self._wait_for_room()
         return None
 
@@ -197,6 +202,9 @@ class ChainRunner:
         for writer in [self.editor_writer, *(c.writer for c in self.components)]:
             if writer.congested:
                 await writer.wait_drained()
+        for host in self.hosts:
+            if host.congested:
+                await host.wait_room()
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
