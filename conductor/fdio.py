@@ -69,42 +69,39 @@ async def read_lines(
     streak = 0
     while True:
         try:
-            data = os.read(fd, CHUNK)
+            data: bytes | None = os.read(fd, CHUNK)
         except BlockingIOError:
-            streak = 0
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            except trio.ClosedResourceError:
-                return
-            continue
+            data = None
         except OSError as exc:
             if exc.errno in (errno.EBADF, errno.EIO):
                 return
             raise
-        if not data:
+        if data == b"":
             tail = splitter.leftover
             if tail.strip():
-                pending = deliver([tail])
-                if pending is not None:
-                    await pending
+                await _settle(deliver([tail]))
             return
-        lines = splitter.feed(data)
-        if lines:
-            pending = deliver(lines)
-            if pending is not None:
-                await pending
-        if len(data) < CHUNK:
-            # The pipe is most likely drained: wait instead of paying for a failed read.
-            streak = 0
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            except trio.ClosedResourceError:
-                return
-            continue
-        streak += 1
-        if streak >= 8:
-            streak = 0
-            await trio.lowlevel.checkpoint()
+        if data:
+            lines = splitter.feed(data)
+            if lines:
+                await _settle(deliver(lines))
+            if len(data) == CHUNK:  # more is probably waiting: read on, but stay fair
+                streak += 1
+                if streak >= 8:
+                    streak = 0
+                    await trio.lowlevel.checkpoint()
+                continue
+        # Drained: wait for more instead of paying for a failed read.
+        streak = 0
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        except trio.ClosedResourceError:
+            return
+
+
+async def _settle(pending: Awaitable[None] | None) -> None:
+    if pending is not None:
+        await pending
 
 
 class FdWriter:

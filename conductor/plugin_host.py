@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import trio
 
 from .plugin import AGENT, EDITOR, TOWARD_AGENT, TOWARD_EDITOR, Call, Context, Reply, hook_name
+from .wire import make_message
 
 log = logging.getLogger("conductor")
 
@@ -283,11 +284,11 @@ class PluginHost:
         self._pending[our_id] = _Pending(call.source, call.id, waiter)
         self._forwarded[(call.source, call.id)] = our_id
         self._decide(call)
-        self.transport.send(call.destination, _request(our_id, call.method, call.params), None)
+        self.transport.send(call.destination, make_message(our_id, call.method, call.params), None)
 
     def _forward_notification(self, call: Call, raw: bytes | None = None) -> None:
         self._decide(call)
-        self.transport.send(call.destination, _request(None, call.method, call.params), raw)
+        self.transport.send(call.destination, make_message(None, call.method, call.params), raw)
 
     def answer_call(self, call: Call, payload: dict[str, Any]) -> None:
         if not call.is_request:
@@ -310,16 +311,16 @@ class PluginHost:
         our_id = next(self._ids)
         send, receive = trio.open_memory_channel[Reply](1)
         self._pending[our_id] = _Pending(None, None, send)
-        self.transport.send(to, _request(our_id, method, params), None)
+        self.transport.send(to, make_message(our_id, method, params), None)
         try:
             return await receive.receive()
         except trio.Cancelled:
             if self._pending.pop(our_id, None) is not None:
-                self.transport.send(to, _request(None, CANCEL, {"requestId": our_id}), None)
+                self.transport.send(to, make_message(None, CANCEL, {"requestId": our_id}), None)
             raise
 
     def own_notification(self, to: str, method: str, params: Any) -> None:
-        self.transport.send(to, _request(None, method, params), None)
+        self.transport.send(to, make_message(None, method, params), None)
 
     # ---------------------------------------------------- responses and cancels
 
@@ -350,7 +351,7 @@ class PluginHost:
         our_id = self._forwarded.get(key)
         if our_id is not None:
             to = AGENT if source == EDITOR else EDITOR
-            self.transport.send(to, _request(None, CANCEL, {"requestId": our_id}), None)
+            self.transport.send(to, make_message(None, CANCEL, {"requestId": our_id}), None)
         elif key in self._active:
             self._active[key].cancel()
         elif self.queued[source]:
@@ -364,16 +365,6 @@ class PluginHost:
                 pending.waiter.send_nowait(Reply(None, error))
             elif pending.origin is not None:
                 self._send_response(pending.origin, pending.origin_id, {"error": error}, None)
-
-
-def _request(request_id: int | None, method: str, params: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0"}
-    if request_id is not None:
-        message["id"] = request_id
-    message["method"] = method
-    if params is not None:
-        message["params"] = params
-    return message
 
 
 def _cancelled_error() -> dict[str, Any]:

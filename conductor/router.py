@@ -19,7 +19,7 @@ import orjson
 
 from . import wire
 from .plugin import AGENT, EDITOR
-from .wire import Message
+from .wire import Message, make_message
 
 if TYPE_CHECKING:
     from .plugin_host import PluginHost
@@ -386,7 +386,7 @@ class Router:
             if self._transparent(host, INITIALIZE, EDITOR, True):
                 return self._send_initialize(node + 1, route, params)
             target.allocate(route)
-            message = _message(
+            message = make_message(
                 target.next_id, INITIALIZE, None if params is None else orjson.loads(params)
             )
             host.receive(EDITOR, message, params)
@@ -520,7 +520,7 @@ class Router:
                 # (it then goes on exactly as it arrived).
                 raw = msg.raw_member("params")
             request_id = target.next_id if raw_id is not None else None
-            host.receive(side, _message(request_id, method, params), raw)
+            host.receive(side, make_message(request_id, method, params), raw)
             return
         wrap = (upward and target.is_proxy) or (
             not upward and self.proxy_mode and node == self.last
@@ -554,7 +554,7 @@ class Router:
         if target.failure is not None:
             return
         if target.host is not None:
-            target.host.receive(side, _message(None, CANCEL, {"requestId": our_id}))
+            target.host.receive(side, make_message(None, CANCEL, {"requestId": our_id}))
         else:
             target.send(
                 b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":%d}}' % our_id
@@ -699,16 +699,6 @@ class Inner:
         self.method_raw = method_raw
         self.params = params
         self.params_raw = params_raw
-
-
-def _message(request_id: int | None, method: str, params: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0"}
-    if request_id is not None:
-        message["id"] = request_id
-    message["method"] = method
-    if params is not None:
-        message["params"] = params
-    return message
 
 
 def _error_code(msg: Message) -> Any:

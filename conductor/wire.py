@@ -216,6 +216,17 @@ def _encode(obj: dict[str, Any], payload: bytes | None) -> bytes:
     return head[:-1] + (b',"' if len(head) > 2 else b'"') + key.encode() + b'":' + payload + b"}"
 
 
+def make_message(request_id: Any, method: str, params: Any) -> dict[str, Any]:
+    """A request (or, with `request_id` None, a notification) as a Python object."""
+    message: dict[str, Any] = {"jsonrpc": "2.0"}
+    if request_id is not None:
+        message["id"] = request_id
+    message["method"] = method
+    if params is not None:
+        message["params"] = params
+    return message
+
+
 def encode_id(value: Any) -> bytes:
     """The bytes of an id value (from a message born in Python)."""
     return orjson.dumps(value)
