@@ -262,3 +262,22 @@ def test_hooks_may_wait_on_the_side_their_message_came_from(make_chain, conducto
     ]
     assert all(c.endswith("(1)") for c in chunks) and len(chunks) == 2
     assert "".join(c[:-3] for c in chunks) == "You said: yes\nhi"
+
+
+def test_plugins_in_front_of_the_official_sdk_agent(make_chain, conductor):
+    agent = f"[agent]\ncommand = {json.dumps([PY, str(ROOT / 'tests' / 'peers' / 'sdk_echo_agent.py')])}\n"
+    chain = make_chain(
+        plugin_block("proxies.arrow:ArrowProxy", "inprocess", "arrow")
+        + proxy_block()
+        + plugin_block("tests.fixtures.plugins:Tagger", "standalone", "tagger", tag="[t]")
+        + agent
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
+    _, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
+    _permission_allow(peer, request)
+    updates, response = peer.response(5)
+    assert response["result"]["stopReason"] == "end_turn"
+    text = agent_text(updates)
+    assert text.startswith("> Echo: ") and "[t]" in text and "ask permission" in text
