@@ -104,11 +104,13 @@ class ProxyRequestError(Exception):
 class Reply:
     """The answer to a forwarded request: a result or an error, both modifiable."""
 
-    __slots__ = ("error", "result")
+    __slots__ = ("_raw", "_snapshot", "error", "result")
 
     def __init__(self, result: Any = None, error: dict[str, Any] | None = None) -> None:
         self.result = result
         self.error = error
+        self._raw: bytes | None = None  # the payload's bytes as it arrived...
+        self._snapshot: bytes | None = None  # ...and what it looked like then
 
     @property
     def ok(self) -> bool:
@@ -124,9 +126,11 @@ class Call:
     __slots__ = (
         "_decided",
         "_event",
+        "_finished",
         "_host",
         "_raw",
         "_reply",
+        "_snapshot",
         "answered",
         "ctx",
         "id",
@@ -154,7 +158,9 @@ class Call:
         self._decided = False
         self._raw = raw
         self._event: Any = None  # set by the host: wakes the dispatcher once decided
+        self._finished: Any = None  # set by the host when the hook is over
         self._reply: Reply | None = None
+        self._snapshot: bytes | None = None  # params as they arrived, to see if a hook changed them
 
     @property
     def is_request(self) -> bool:

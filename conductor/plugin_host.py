@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import orjson
 import trio
 
 from .plugin import AGENT, EDITOR, TOWARD_AGENT, TOWARD_EDITOR, Call, Context, Reply, hook_name
@@ -46,14 +47,19 @@ class Transport(Protocol):
 class _Pending:
     """One request the host sent: where its reply goes, or who awaits it."""
 
-    __slots__ = ("origin", "origin_id", "waiter")
+    __slots__ = ("finished", "origin", "origin_id", "waiter")
 
     def __init__(
-        self, origin: str | None, origin_id: Any, waiter: trio.MemorySendChannel[Reply] | None
+        self,
+        origin: str | None,
+        origin_id: Any,
+        waiter: trio.MemorySendChannel[Reply] | None,
+        finished: trio.Event | None = None,
     ) -> None:
         self.origin = origin
         self.origin_id = origin_id
         self.waiter = waiter
+        self.finished = finished  # the awaiting hook's end: traffic behind the reply waits for it
 
 
 class PluginHost:
@@ -160,7 +166,11 @@ class PluginHost:
     async def _handle(self, source: str, message: dict[str, Any], raw: bytes | None) -> None:
         method = message.get("method")
         if method is None:
-            self._on_response(message, raw)
+            finished = self._on_response(message, raw)
+            if finished is not None:
+                # A hook awaits this reply and sends it on when it returns: what came
+                # after the reply from this side must not overtake it.
+                await finished.wait()
             return
         request_id = message.get("id")
         is_request = "id" in message
@@ -172,12 +182,15 @@ class PluginHost:
         if hook is None:
             self._pass(source, message, raw)
             return
+        call = Call(
+            self, source, method, message.get("params"), request_id if is_request else None, raw
+        )
+        if raw is not None:
+            call._snapshot = _snapshot(call.params)
         if not is_request:
-            await self._notification_hook(
-                hook, Call(self, source, method, message.get("params"), None, raw)
-            )
+            await self._notification_hook(hook, call)
             return
-        call = Call(self, source, method, message.get("params"), request_id, raw)
+        call._finished = trio.Event()
         decided = trio.Event()
         assert self._nursery is not None
         self._nursery.start_soon(self._run_hook, hook, call, decided, is_request)
@@ -203,11 +216,10 @@ class PluginHost:
         """Notifications are decided when their hook returns: run it right here."""
         try:
             await hook(call)
+            if not call._decided:
+                self._forward_notification(call)
         except Exception as exc:
             self._hook_failed(hook, call, exc)
-            return
-        if not call._decided:
-            self._forward_notification(call)
 
     async def _run_hook(
         self, hook: Hook, call: Call, decided: trio.Event, is_request: bool
@@ -232,12 +244,16 @@ class PluginHost:
                 self._active.pop(key, None)
                 call._decided = True
                 decided.set()
-        if scope.cancelled_caught and is_request and not call.answered:
-            call.answered = True
-            self._send_response(call.source, call.id, {"error": _cancelled_error()}, None)
-        elif reply is not None and not call.answered:
-            call.answered = True
-            self._send_response(call.source, call.id, reply.as_message(), None)
+        try:
+            if scope.cancelled_caught and is_request and not call.answered:
+                call.answered = True
+                self._send_response(call.source, call.id, {"error": _cancelled_error()}, None)
+            elif reply is not None and not call.answered:
+                call.answered = True
+                raw = reply._raw if _unchanged(reply.as_message(), reply._snapshot) else None
+                self._send_response(call.source, call.id, reply.as_message(), raw)
+        finally:
+            call._finished.set()
 
     def _hook_failed(self, hook: Hook, call: Call, exc: Exception) -> None:
         where = getattr(hook, "__name__", "hook")
@@ -281,14 +297,23 @@ class PluginHost:
 
     def _forward_request(self, call: Call, waiter: trio.MemorySendChannel[Reply] | None) -> None:
         our_id = next(self._ids)
-        self._pending[our_id] = _Pending(call.source, call.id, waiter)
+        self._pending[our_id] = _Pending(
+            call.source, call.id, waiter, call._finished if waiter else None
+        )
         self._forwarded[(call.source, call.id)] = our_id
+        raw = self._kept_raw(call)
         self._decide(call)
-        self.transport.send(call.destination, make_message(our_id, call.method, call.params), None)
+        self.transport.send(call.destination, make_message(our_id, call.method, call.params), raw)
 
     def _forward_notification(self, call: Call, raw: bytes | None = None) -> None:
+        raw = raw or self._kept_raw(call)
         self._decide(call)
         self.transport.send(call.destination, make_message(None, call.method, call.params), raw)
+
+    @staticmethod
+    def _kept_raw(call: Call) -> bytes | None:
+        """The params' original bytes if the hook left them as they were (fidelity)."""
+        return call._raw if _unchanged(call.params, call._snapshot) else None
 
     def answer_call(self, call: Call, payload: dict[str, Any]) -> None:
         if not call.is_request:
@@ -324,21 +349,25 @@ class PluginHost:
 
     # ---------------------------------------------------- responses and cancels
 
-    def _on_response(self, message: dict[str, Any], raw: bytes | None) -> None:
+    def _on_response(self, message: dict[str, Any], raw: bytes | None) -> trio.Event | None:
         pending = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
         if pending is None:
             log.warning("proxy %r got a response to an unknown id %r", self.name, message.get("id"))
-            return
+            return None
         if pending.origin is not None:
             self._forwarded.pop((pending.origin, pending.origin_id), None)
         if pending.waiter is not None:
-            pending.waiter.send_nowait(Reply(message.get("result"), message.get("error")))
-            return
+            reply = Reply(message.get("result"), message.get("error"))
+            if raw is not None:
+                reply._raw, reply._snapshot = raw, _snapshot(reply.as_message())
+            pending.waiter.send_nowait(reply)
+            return pending.finished
         assert pending.origin is not None
         payload = (
             {"error": message["error"]} if "error" in message else {"result": message.get("result")}
         )
         self._send_response(pending.origin, pending.origin_id, payload, raw)
+        return None
 
     def _send_response(
         self, to: str, request_id: Any, payload: dict[str, Any], raw: bytes | None
@@ -369,3 +398,15 @@ class PluginHost:
 
 def _cancelled_error() -> dict[str, Any]:
     return {"code": REQUEST_CANCELLED, "message": "Request cancelled"}
+
+
+def _snapshot(value: Any) -> bytes | None:
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return None
+
+
+def _unchanged(value: Any, snapshot: bytes | None) -> bool:
+    """Whether `value` still looks as it did when `snapshot` was taken."""
+    return snapshot is not None and _snapshot(value) == snapshot

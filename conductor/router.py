@@ -515,9 +515,8 @@ class Router:
                 params, raw = msg.obj.get("params"), None
             else:
                 params, raw = inner.params, inner.params_raw
-            if raw is None and params is not None and (raw_id is None or not host.wants(method)):
-                # Kept for what passes untouched, and for a notification whose hook fails
-                # (it then goes on exactly as it arrived).
+            if raw is None and params is not None:
+                # Its exact bytes travel on if no hook changes it (fidelity).
                 raw = msg.raw_member("params")
             request_id = target.next_id if raw_id is not None else None
             host.receive(side, make_message(request_id, method, params), raw)

@@ -346,6 +346,7 @@ def test_schema_dir_lookup_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         tmp_path,
         REPO.parent / "shared" / "acp-schema",
         Path("/work/shared/acp-schema"),
+        REPO / "tests" / "acp-schema",
     ]
     monkeypatch.delenv("ACP_SCHEMA_DIR")
     assert schema_candidates()[0] == REPO.parent / "shared" / "acp-schema"
