@@ -31,7 +31,9 @@ def _setup_logging(level: str, log_file: str | None) -> None:
         if log_file
         else logging.StreamHandler(sys.stderr)
     )
-    handler.setFormatter(logging.Formatter("[conductor] %(levelname)s %(message)s"))
+    handler.setFormatter(
+        logging.Formatter("[conductor +%(relativeCreated).1fms] %(levelname)s %(message)s")
+    )
     root = logging.getLogger("conductor")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -64,15 +66,24 @@ def _fail(message: str) -> NoReturn:
 @click.option(
     "--log-file",
     type=click.Path(dir_okay=False),
-    help="Write the conductor's log here instead of stderr.",
+    help="Write the conductor's log here instead of stderr. With --log-level debug it shows "
+    "every line in and out of every component.",
 )
-def cli(log_level: str, log_file: str | None) -> None:
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    help="Append a JSON Lines trace of every logical message to this file "
+    "(format: docs/trace-format.md).",
+)
+@click.pass_context
+def cli(ctx: click.Context, log_level: str, log_file: str | None, trace: str | None) -> None:
     """Run chains of ACP proxies in front of an ACP agent, presented to an editor as one agent.
 
     A chain file (TOML) lists [[proxy]] components, nearest the editor first,
     and one [agent]; see the README for its keys.
     """
     _setup_logging(log_level, log_file)
+    ctx.obj = {"trace": trace, "log_level": log_level, "log_file": log_file}
 
 
 @cli.command()
@@ -84,7 +95,8 @@ def cli(log_level: str, log_file: str | None) -> None:
     show_default=True,
     help="Seconds children get to exit after their stdin closes.",
 )
-def run(chain: str, grace: float) -> None:
+@click.pass_obj
+def run(settings: dict[str, Any], chain: str, grace: float) -> None:
     """Run CHAIN as one ACP agent over stdin/stdout (what an editor launches).
 
     Components start on the first `initialize`. Stdout carries JSON-RPC only;
@@ -93,10 +105,12 @@ def run(chain: str, grace: float) -> None:
     component dies, 2 for a bad chain file.
     """
     from .runner import ChainRunner
+    from .trace import Tracer
 
     loaded = _load(chain)
     try:
-        runner = ChainRunner(loaded, grace=grace, reap_orphans=True)
+        trace = Tracer.open(settings["trace"]) if settings["trace"] else None
+        runner = ChainRunner(loaded, grace=grace, reap_orphans=True, trace=trace)
     except PluginError as exc:
         _fail(f"{loaded.path}: {exc}")
     sys.exit(trio.run(runner.run))
@@ -131,7 +145,9 @@ def check(chain: str) -> None:
     type=click.Path(file_okay=False),
     help="Working folder for the session (default: here).",
 )
+@click.pass_obj
 def prompt(
+    settings: dict[str, Any],
     chain: str,
     text: tuple[str, ...],
     permission: str | None,
@@ -148,14 +164,17 @@ def prompt(
     from .prompt import PromptOptions, run_prompt
 
     _load(chain)
-    root = logging.getLogger("conductor")
+    passed = ["--log-level", settings["log_level"]]
+    for key in ("log_file", "trace"):
+        if settings[key]:
+            passed += [f"--{key.replace('_', '-')}", str(Path(settings[key]).absolute())]
     options = PromptOptions(
         chain=Path(chain).absolute(),
         texts=list(text),
         protocol=protocol,
         permission=permission or "ask",
         cwd=str(Path(session_cwd).absolute()) if session_cwd else str(Path.cwd()),
-        conductor_args=["--log-level", logging.getLevelName(root.level).lower()],
+        conductor_args=passed,
     )
     sys.exit(run_prompt(options))
 

@@ -19,10 +19,12 @@ import orjson
 
 from . import wire
 from .plugin import AGENT, EDITOR
+from .trace import session_of
 from .wire import Message, make_message
 
 if TYPE_CHECKING:
     from .plugin_host import PluginHost
+    from .trace import Tracer
 
 log = logging.getLogger("conductor")
 
@@ -126,6 +128,7 @@ class Route:
         "origin_key",
         "reply_side",
         "retry",
+        "session",
     )
 
     def __init__(
@@ -145,6 +148,7 @@ class Route:
         self.expect_version = expect_version
         self.retry = retry  # (target node, params) for the dialect fallback
         self.reply_side = reply_side  # where the reply comes from, seen from the origin
+        self.session: str | None = None  # only filled when tracing
 
 
 class Router:
@@ -165,6 +169,7 @@ class Router:
         self.initializing = False
         self.version: int | None = None
         self._node_of: dict[Link, int] = {editor: 0}
+        self.trace: Tracer | None = None
 
     # ----------------------------------------------------------------- setup
 
@@ -180,6 +185,15 @@ class Router:
     @property
     def last(self) -> int:
         return len(self.nodes) - 1
+
+    def _link_label(self, link: Link, below: bool) -> str:
+        """A link's name in traces; in proxy mode the editor link is also our successor."""
+        if link is self.editor:
+            return "successor" if self.proxy_mode and below else "editor"
+        return link.name
+
+    def _label(self, node: int) -> str:
+        return self._link_label(self.nodes[node], node == self.last)
 
     # ------------------------------------------------------------- receiving
 
@@ -205,6 +219,8 @@ class Router:
             self._invalid(link, None, b"null", "empty batch")
             return
         batch = Batch(link) if link is self.editor else None
+        if self.trace is not None:
+            self.trace.new_batch()
         for (start, end), obj in zip(wire.array_items(line), items, strict=True):
             if type(obj) is dict:
                 self._dispatch(link, Message(line[start:end], obj), batch)
@@ -212,6 +228,8 @@ class Router:
                 self._invalid(link, batch, b"null", "a batch entry must be an object")
         if batch is not None:
             batch.seal()
+        if self.trace is not None:
+            self.trace.batch = None
 
     def _invalid(self, link: Link, batch: Batch | None, raw_id: bytes, why: str) -> None:
         if link is self.editor:
@@ -223,6 +241,9 @@ class Router:
 
     def _reply(self, link: Link, batch: Batch | None, line: bytes) -> None:
         """Send a response line (with trailing newline) the conductor itself produced."""
+        if self.trace is not None:
+            obj = orjson.loads(line)
+            self.trace.response("conductor", "editor", obj["id"], obj["error"], True, None)
         if batch is not None:
             batch.expected += 1
             batch.add(line[:-1])
@@ -375,16 +396,23 @@ class Router:
         editor.incoming[key] = self._send_initialize(1, route, params)
 
     def _send_initialize(
-        self, node: int, route: Route, params: bytes | None
+        self, node: int, route: Route, params: bytes | None, sender: int | None = None
     ) -> tuple[Link, int, str]:
         """Deliver an initialize request going down to `node`, in the form that node expects."""
         target = self.nodes[node]
         route.reply_side = AGENT
         host = target.host
+        sender = node - 1 if sender is None else sender
         if host is not None:
             host.ctx.protocol_version = self.version
             if self._transparent(host, INITIALIZE, EDITOR, True):
-                return self._send_initialize(node + 1, route, params)
+                return self._send_initialize(node + 1, route, params, sender)
+        if self.trace is not None:
+            shown = None if params is None else orjson.loads(params)
+            self.trace.message(
+                self._label(sender), self._label(node), target.next_id + 1, INITIALIZE, shown
+            )
+        if host is not None:
             target.allocate(route)
             message = make_message(
                 target.next_id, INITIALIZE, None if params is None else orjson.loads(params)
@@ -490,6 +518,7 @@ class Router:
             self._cancel(source, msg, inner)
             return
         side = AGENT if upward else EDITOR  # where it comes from, seen from the target
+        sender = node + 1 if upward else node - 1
         target = self.nodes[node]
         host = target.host
         while host is not None and (
@@ -510,6 +539,12 @@ class Router:
             source.incoming[key] = (target, target.next_id, side)
         elif target.failure is not None:
             return
+        if self.trace is not None:
+            shown = msg.obj.get("params") if inner is None else inner.params
+            if raw_id is not None:
+                route.session = session_of(shown)
+            request_id = target.next_id if raw_id is not None else None
+            self.trace.message(self._label(sender), self._label(node), request_id, method, shown)
         if host is not None:
             if inner is None:
                 params, raw = msg.obj.get("params"), None
@@ -552,6 +587,14 @@ class Router:
         target, our_id, side = forwarded
         if target.failure is not None:
             return
+        if self.trace is not None:
+            self.trace.message(
+                self._link_label(source, side == AGENT),
+                self._link_label(target, side == EDITOR),
+                None,
+                CANCEL,
+                {"requestId": our_id},
+            )
         if target.host is not None:
             target.host.receive(side, make_message(None, CANCEL, {"requestId": our_id}))
         else:
@@ -600,6 +643,16 @@ class Router:
             return
         if route.expect_version is not None and self._version_mismatch(link, msg, route):
             return
+        if self.trace is not None:
+            is_error = "error" in msg.obj
+            self.trace.response(
+                self._link_label(link, route.reply_side == AGENT),
+                self._link_label(origin, route.reply_side == EDITOR),
+                key,
+                msg.obj.get("error" if is_error else "result"),
+                is_error,
+                route.session,
+            )
         if origin.host is not None:
             payload = "error" if "error" in msg.obj else "result"
             raw = msg.raw_member(payload)
@@ -649,6 +702,10 @@ class Router:
     def _send_error(self, route: Route, code: int, message: str, data: Any) -> None:
         """Answer the origin of `route` with an error the conductor itself raises."""
         origin = route.origin
+        if self.trace is not None:
+            error = {"code": code, "message": message, "data": data}
+            target = self._link_label(origin, route.reply_side == EDITOR)
+            self.trace.response("conductor", target, route.origin_key, error, True, route.session)
         if origin.host is not None:
             error = {"code": code, "message": message, "data": data}
             response = {"jsonrpc": "2.0", "id": route.origin_key, "error": error}

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -29,6 +29,7 @@ from .process import (
     stop_processes,
 )
 from .router import Link, Router, SpawnError
+from .trace import Tracer
 
 log = logging.getLogger("conductor")
 
@@ -53,6 +54,8 @@ class _RouterTransport:
     def send(self, to: str, message: dict[str, Any], raw: bytes | None) -> None:
         self.runner.router.receive_from_plugin(self.link, to, message, raw)
         flush_all(self.runner.dirty)
+        if self.runner.trace is not None:
+            self.runner.trace.flush()
 
 
 def _no_bytes(line: bytes) -> None:
@@ -70,6 +73,7 @@ class ChainRunner:
         *,
         grace: float = 2.0,
         reap_orphans: bool = False,
+        trace: Tracer | None = None,
     ) -> None:
         self.chain = chain
         self.editor_in = editor_in
@@ -79,6 +83,10 @@ class ChainRunner:
         self.editor_writer = FdWriter(editor_out, "editor", self.dirty)
         self.editor = Link("editor", self.editor_writer.send, is_proxy=False)
         self.router = Router(self.editor, chain.proxy_mode, self._start_components)
+        self.router.trace = self.trace = trace
+        self._wire_log = log.isEnabledFor(logging.DEBUG)
+        if self._wire_log:
+            self.editor.send = self._logged(self.editor_writer, "conductor -> editor")
         self.components: list[_Component] = []
         self.hosts: list[PluginHost] = []
         # Plugins are made before anything starts: a refusal stops the run right here.
@@ -108,6 +116,8 @@ class ChainRunner:
         finally:
             for component in self.components:
                 component.process.close_pipes()
+            if self.trace is not None:
+                self.trace.close()
             for fd in (self.editor_in, self.editor_writer.fd):
                 with contextlib.suppress(OSError):
                     os.set_blocking(fd, True)
@@ -133,7 +143,10 @@ class ChainRunner:
             except OSError as exc:
                 raise SpawnError(str(exc)) from None
             writer = FdWriter(process.stdin, spec.name, self.dirty)
-            link = Link(spec.name, writer.send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
+            send = (
+                self._logged(writer, f"conductor -> {spec.name}") if self._wire_log else writer.send
+            )
+            link = Link(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
             component = _Component(process, link, writer)
             self.components.append(component)
             links.append(link)
@@ -184,11 +197,26 @@ class ChainRunner:
         self._editor_gone = True
         self._done.set()
 
+    @staticmethod
+    def _logged(writer: FdWriter, label: str) -> Callable[[bytes], None]:
+        """--log-level debug: every line out, with the peer it goes to."""
+
+        def send(line: bytes) -> None:
+            log.debug("%s: %s", label, line.decode("utf-8", "replace"))
+            writer.send(line)
+
+        return send
+
     def _deliver(self, link: Link, lines: list[bytes]) -> Awaitable[None] | None:
         receive = self.router.receive
+        if self._wire_log:
+            for line in lines:
+                log.debug("%s -> conductor: %s", link.name, line.decode("utf-8", "replace"))
         for line in lines:
             receive(link, line)
         flush_all(self.dirty)
+        if self.trace is not None:
+            self.trace.flush()
         if (
             self.editor_writer.congested
             or any(c.writer.congested for c in self.components)
