@@ -166,21 +166,19 @@ def main() -> None:
         variants = [(n, None, f"conductor, {n} proxies") for n in (0, 1, 3)]
         variants += [(n, "PassThrough", f"conductor, {n} in-process pass-through") for n in (1, 3)]
         variants += [(n, "Inspecting", f"conductor, {n} in-process inspecting") for n in (1, 3)]
+
+        def conductor(chain: Path, *options: str) -> list[str]:
+            return [PY, "-m", "conductor", *options, "run", str(chain)]
+
         for n, plugin, name in variants:
-            configs[name] = [
-                PY,
-                "-m",
-                "conductor",
-                "run",
-                str(chain_file(folder, n, AGENT, plugin)),
-            ]
-            stream_configs[name] = [
-                PY,
-                "-m",
-                "conductor",
-                "run",
-                str(chain_file(folder, n, streamer, plugin)),
-            ]
+            configs[name] = conductor(chain_file(folder, n, AGENT, plugin))
+            stream_configs[name] = conductor(chain_file(folder, n, streamer, plugin))
+        # The cost of --trace, measured side by side with the same chain.
+        trace = ("--trace", str(folder / "trace.jsonl"))
+        configs["conductor, 0 proxies, --trace"] = conductor(chain_file(folder, 0, AGENT), *trace)
+        stream_configs["conductor, 0 proxies, --trace"] = conductor(
+            chain_file(folder, 0, streamer), *trace
+        )
         trips: dict[str, list[float]] = {name: [] for name in configs}
         streams: dict[str, list[float]] = {name: [] for name in configs}
         for _ in range(args.rounds):
