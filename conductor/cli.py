@@ -225,5 +225,42 @@ def proxy(plugin: str, options: tuple[str, ...], name: str | None) -> None:
     run_standalone(instance, name or plugin.rpartition(":")[0].rpartition(".")[2] or plugin)
 
 
+@cli.group()
+def trace() -> None:
+    """Work with trace files written by --trace."""
+
+
+@trace.command("view")
+@click.argument("trace_file", metavar="TRACE", type=click.Path(dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Where to write the HTML (default: TRACE with .html).",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
+def trace_view(trace_file: str, output: str | None, open_browser: bool) -> None:
+    """Render TRACE as a self-contained HTML sequence diagram.
+
+    One lifeline per component, one arrow per message, requests paired with
+    their responses, filters by session and method, and the full payload of
+    the arrow you click. The page needs no network.
+    """
+    from .trace_view import TraceError, read_trace, render
+
+    source = Path(trace_file)
+    target = Path(output) if output else source.with_suffix(".html")
+    try:
+        events = read_trace(source)
+    except TraceError as exc:
+        _fail(str(exc))
+    target.write_text(render(events, f"ACP trace: {source.name}"), encoding="utf-8")
+    click.echo(f"{target} ({len(events)} messages)")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(target.absolute().as_uri())
+
+
 def main() -> None:
     cli(prog_name="conductor")
