@@ -130,7 +130,16 @@ def check(chain: str) -> None:
 
 @cli.command()
 @click.argument("chain", type=click.Path(dir_okay=False))
-@click.argument("text", nargs=-1, required=True)
+@click.argument("text", nargs=-1)
+@click.option(
+    "-p", "--prompt", "prompts", multiple=True, help="A prompt to send (repeatable; after TEXT)."
+)
+@click.option(
+    "--repl", is_flag=True, help="Then read more prompts from stdin, one per line, until EOF."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the raw session/update stream as JSON Lines."
+)
 @click.option("--yes", "permission", flag_value="yes", help="Allow every permission request.")
 @click.option("--no", "permission", flag_value="no", help="Reject every permission request.")
 @click.option(
@@ -153,24 +162,35 @@ def prompt(
     permission: str | None,
     protocol: int,
     session_cwd: str | None,
+    prompts: tuple[str, ...],
+    repl: bool,
+    as_json: bool,
 ) -> None:
     """Try CHAIN without an editor: send TEXT as a prompt and stream the reply.
 
-    Each TEXT argument is sent as its own prompt in one session. The reply
-    goes to stdout, everything else (tool calls, stop reason) to stderr.
-    Permission requests are asked on the terminal unless --yes or --no.
-    Exit status: 0 for end_turn, 3 max tokens, 4 refusal, 5 cancelled, 1 error.
+    Each TEXT (and each -p) is sent as its own prompt in one session; --repl
+    then reads more from stdin. The reply streams to stdout; thoughts, tool
+    calls, plans, permission requests and the stop reason go to stderr (in
+    colour on a terminal). Permission requests are asked on the terminal
+    unless --yes or --no. Ctrl-C once cancels the turn (session/cancel);
+    twice quits. Exit status: 0 for end_turn, 3 max tokens, 4 refusal,
+    5 cancelled, 1 error, 2 bad chain file.
     """
     from .prompt import PromptOptions, run_prompt
 
     _load(chain)
+    texts = [*text, *prompts]
+    if not texts and not repl:
+        _fail("give a prompt (TEXT or -p), or --repl to type them")
     passed = ["--log-level", settings["log_level"]]
     for key in ("log_file", "trace"):
         if settings[key]:
             passed += [f"--{key.replace('_', '-')}", str(Path(settings[key]).absolute())]
     options = PromptOptions(
         chain=Path(chain).absolute(),
-        texts=list(text),
+        texts=texts,
+        json=as_json,
+        repl=repl,
         protocol=protocol,
         permission=permission or "ask",
         cwd=str(Path(session_cwd).absolute()) if session_cwd else str(Path.cwd()),
