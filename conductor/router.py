@@ -32,6 +32,9 @@ INITIALIZE = "initialize"
 PROXY_INITIALIZE = ("_proxy/initialize", "proxy/initialize")
 SUCCESSOR = ("_proxy/successor", "proxy/successor")
 CANCEL = "$/cancel_request"
+MCP_MESSAGE = "mcp/message"
+SESSION_SETUP = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+UNKNOWN_MCP_SERVER = -33001
 UNDERSCORE = (b'"_proxy/initialize"', b'"_proxy/successor"')
 PLAIN = (b'"proxy/initialize"', b'"proxy/successor"')
 
@@ -123,6 +126,7 @@ class Route:
     __slots__ = (
         "batch",
         "expect_version",
+        "mcp_key",
         "origin",
         "origin_id",
         "origin_key",
@@ -149,6 +153,7 @@ class Route:
         self.retry = retry  # (target node, params) for the dialect fallback
         self.reply_side = reply_side  # where the reply comes from, seen from the origin
         self.session: str | None = None  # only filled when tracing
+        self.mcp_key: tuple[str, str] | None = None  # an open mcp/message: (serverId, requestId)
 
 
 class Router:
@@ -170,6 +175,8 @@ class Router:
         self.version: int | None = None
         self._node_of: dict[Link, int] = {editor: 0}
         self.trace: Tracer | None = None
+        self.mcp_providers: dict[str, int] = {}  # serverId -> node that declared it first
+        self.mcp_open: dict[tuple[str, str], int] = {}  # (serverId, requestId) -> consumer node
 
     # ----------------------------------------------------------------- setup
 
@@ -517,8 +524,16 @@ class Router:
         if method == CANCEL:
             self._cancel(source, msg, inner)
             return
-        side = AGENT if upward else EDITOR  # where it comes from, seen from the target
         sender = node + 1 if upward else node - 1
+        params = msg.obj.get("params") if inner is None else inner.params
+        if method == MCP_MESSAGE and type(params) is dict:
+            provider = self._mcp_provider(source, sender, raw_id, key, params, batch)
+            if provider is None:
+                return
+            node, upward = provider, provider < sender
+        elif method in SESSION_SETUP and type(params) is dict:
+            self._learn_mcp_servers(sender, params)
+        side = AGENT if upward else EDITOR  # where it comes from, seen from the target
         target = self.nodes[node]
         host = target.host
         while host is not None and (
@@ -530,6 +545,8 @@ class Router:
         new_id = None
         if raw_id is not None:
             route = Route(source, raw_id, key, batch, reply_side=EDITOR if upward else AGENT)
+            if method == MCP_MESSAGE and type(params) is dict:
+                route.mcp_key = _mcp_key(params)
             if batch is not None:
                 batch.expected += 1
             if target.failure is not None:
@@ -572,6 +589,62 @@ class Router:
             target.send(wire.envelope(new_id, target.wrapper, method_raw, params_raw)[:-1])
         else:
             target.send(wire.request(new_id, method_raw, params_raw)[:-1])
+
+    # ------------------------------------------------------------ MCP over ACP
+
+    def _learn_mcp_servers(self, sender: int, params: dict[str, Any]) -> None:
+        """Remember who first put each `acp` MCP server declaration on the wire."""
+        servers = params.get("mcpServers")
+        if type(servers) is not list:
+            return
+        for server in servers:
+            if type(server) is dict and server.get("type") == "acp":
+                server_id = server.get("serverId")
+                if isinstance(server_id, str) and server_id not in self.mcp_providers:
+                    self.mcp_providers[server_id] = sender
+                    log.info("MCP server %r is provided by %s", server_id, self._label(sender))
+
+    def _mcp_provider(
+        self,
+        source: Link,
+        sender: int,
+        raw_id: bytes | None,
+        key: Any,
+        params: dict[str, Any],
+        batch: Batch | None,
+    ) -> int | None:
+        """Where an `mcp/message` goes: a request to the server's provider, a notification
+        to the provider (from its consumer) or to the consumer (from its provider)."""
+        server_id = params.get("serverId")
+        if raw_id is None:
+            consumer = self.mcp_open.get(_mcp_key(params))
+            if consumer is not None and consumer != sender:
+                return consumer
+            provider = self.mcp_providers.get(server_id)  # type: ignore[arg-type]
+            if provider is None:
+                log.warning(
+                    "%s sent mcp/message for unknown server %r (dropped)", source.name, server_id
+                )
+            return provider
+        provider = self.mcp_providers.get(server_id) if isinstance(server_id, str) else None
+        if provider is None:
+            data = {"serverId": server_id, "known": sorted(self.mcp_providers)}
+            message = f"Unknown MCP server {server_id!r}"
+            if source is self.editor:
+                self._reply(
+                    source, batch, wire.error_response(raw_id, UNKNOWN_MCP_SERVER, message, data)
+                )
+                return None
+            error = {"code": UNKNOWN_MCP_SERVER, "message": message, "data": data}
+            if self.trace is not None:
+                self.trace.response("conductor", self._label(sender), key, error, True, None)
+            if source.host is not None:
+                source.host.receive(AGENT, {"jsonrpc": "2.0", "id": key, "error": error})
+            else:
+                source.send(wire.error_response(raw_id, UNKNOWN_MCP_SERVER, message, data)[:-1])
+            return None
+        self.mcp_open[_mcp_key(params)] = sender
+        return provider
 
     def _cancel(self, source: Link, msg: Message, inner: Inner | None) -> None:
         """Hop-by-hop cancellation: cancel our own request on the next hop, never theirs."""
@@ -638,6 +711,8 @@ class Router:
             return
         origin = route.origin
         origin.incoming.pop(route.origin_key, None)
+        if route.mcp_key is not None:
+            self.mcp_open.pop(route.mcp_key, None)
         if route.retry is not None and _error_code(msg) == METHOD_NOT_FOUND:
             self._fall_back(link, route)
             return
@@ -652,6 +727,7 @@ class Router:
                 msg.obj.get("error" if is_error else "result"),
                 is_error,
                 route.session,
+                "acp" if route.mcp_key is None else "mcp",
             )
         if origin.host is not None:
             payload = "error" if "error" in msg.obj else "result"
@@ -736,6 +812,8 @@ class Router:
 
     def _fail_route(self, route: Route, cause: dict[str, Any]) -> None:
         route.origin.incoming.pop(route.origin_key, None)
+        if route.mcp_key is not None:
+            self.mcp_open.pop(route.mcp_key, None)
         if route.origin.failure is not None:
             return
         if route.origin is self.editor and route.expect_version is not None:
@@ -755,6 +833,11 @@ class Inner:
         self.method_raw = method_raw
         self.params = params
         self.params_raw = params_raw
+
+
+def _mcp_key(params: dict[str, Any]) -> tuple[str, str]:
+    """(serverId, requestId) of an mcp/message, hashable whatever the peer sent."""
+    return repr(params.get("serverId")), repr(params.get("requestId"))
 
 
 def _error_code(msg: Message) -> Any:

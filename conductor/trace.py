@@ -45,10 +45,13 @@ class Tracer:
         self, sender: str, receiver: str, request_id: Any, method: str, params: Any
     ) -> None:
         """A request (when `request_id` is not None) or a notification."""
+        protocol = "acp"
+        if method == "mcp/message" and type(params) is dict:  # show the MCP operation it carries
+            protocol, method = "mcp", str(params.get("method"))
         event: dict[str, Any] = {
             "type": "notification" if request_id is None else "request",
             "ts": round(time.monotonic() - self.start, 6),
-            "protocol": "acp",
+            "protocol": protocol,
             "from": sender,
             "to": receiver,
             "id": request_id,
@@ -66,11 +69,12 @@ class Tracer:
         payload: Any,
         is_error: bool,
         session: str | None,
+        protocol: str = "acp",
     ) -> None:
         event: dict[str, Any] = {
             "type": "response",
             "ts": round(time.monotonic() - self.start, 6),
-            "protocol": "acp",
+            "protocol": protocol,
             "from": sender,
             "to": receiver,
             "id": request_id,
