@@ -5,6 +5,9 @@ side by side in alternating rounds, and reported as a ratio to talking to the
 demo agent directly in the same run (these machines are shared and noisy).
 
     python bench/roundtrip.py [--prompts 2000] [--rounds 5] [--updates 20000]
+
+With node and `npm ci --prefix bench`, @thinkwell/conductor (a competing TypeScript
+conductor) is measured in the same run with the same agent and proxies.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,6 +93,20 @@ def chain_file(folder: Path, proxies: int, agent: list[str], plugin: str | None 
     return path
 
 
+THINKWELL = ROOT / "bench" / "node_modules" / "@thinkwell" / "conductor"
+
+
+def thinkwell(folder: Path, proxies: int, agent: list[str]) -> list[str]:
+    """The same chain run by @thinkwell/conductor (`npm ci --prefix bench` installs it).
+
+    It speaks an older proxy draft (`initialize` with `_meta.proxy`, and
+    `_proxy/successor/request|notification`), so its proxies run in that dialect."""
+    chain = {"proxies": [[*PROXY, "--dialect", "legacy"]] * proxies, "agent": agent}
+    path = folder / f"thinkwell-{proxies}-{agent[-1]}.json"
+    path.write_text(json.dumps(chain))
+    return ["node", str(ROOT / "bench" / "thinkwell_stdio.mjs"), str(path)]
+
+
 def open_session(argv: list[str]) -> tuple[Pipe, str]:
     pipe = Pipe(argv)
     pipe.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
@@ -153,6 +171,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=20000)
+    parser.add_argument("--no-thinkwell", action="store_true", help="skip the competitor's rows")
     parser.add_argument(
         "--soak", type=int, default=10000, help="prompts in the memory soak (0: skip)"
     )
@@ -179,6 +198,11 @@ def main() -> None:
         stream_configs["conductor, 0 proxies, --trace"] = conductor(
             chain_file(folder, 0, streamer), *trace
         )
+        if THINKWELL.exists() and shutil.which("node") and not args.no_thinkwell:
+            for n in (0, 1, 3):
+                name = f"thinkwell, {n} proxies"
+                configs[name] = thinkwell(folder, n, AGENT)
+                stream_configs[name] = thinkwell(folder, n, streamer)
         trips: dict[str, list[float]] = {name: [] for name in configs}
         streams: dict[str, list[float]] = {name: [] for name in configs}
         for _ in range(args.rounds):
@@ -200,6 +224,12 @@ def main() -> None:
                 f"| {name} | {trip * 1e6:.0f} µs | {trip / direct_trip:.2f} "
                 f"| {stream:,.0f} | {stream / direct_stream:.2f} |"
             )
+        if "thinkwell, 0 proxies" in configs:
+            print("\nthis conductor / @thinkwell/conductor 0.5.7, same proxies, same run:")
+            for n in (0, 1, 3):
+                ours = statistics.median(trips[f"conductor, {n} proxies"])
+                theirs = statistics.median(trips[f"thinkwell, {n} proxies"])
+                print(f"  {n} proxies: round trip {ours / theirs:.2f}")
         three = configs["conductor, 3 proxies"]
         print(
             f"\ninitialize through 3 proxies: {init_time(three) * 1000:.0f} ms "
