@@ -224,3 +224,36 @@ def read_jsonl(path: Path) -> list[Any]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def toml_value(value: object) -> str:
+    """A TOML inline value (JSON is TOML only for scalars and lists of scalars, not tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return (
+            "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+        )
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def plugin_block(spec: str, mode: str, name: str, **options: object) -> str:
+    """A [[proxy]] running plugin `spec` in-process, or as `conductor proxy` in a subprocess."""
+    if mode == "inprocess":
+        return f'[[proxy]]\nname = "{name}"\nplugin = "{spec}"\noptions = {toml_value(options)}\n'
+    argv = [PY, "-m", "conductor", "proxy", spec, "--name", name]
+    for key, value in options.items():
+        argv += ["-o", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    return f'[[proxy]]\nname = "{name}"\ncommand = {json.dumps(argv)}\n'
+
+
+def allow_permission(peer: Peer, option: str = "allow") -> tuple[list[Any], Any]:
+    """Read until the editor is asked for permission, and answer with `option`.
+
+    Returns what came before the request, and the request."""
+    before, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
+    outcome = {"outcome": "selected", "optionId": option}
+    peer.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": outcome}})
+    return before, request

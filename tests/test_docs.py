@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import ROOT, agent_text, demo_agent_block, prompt_params, start_session
-from test_plugins import plugin_block
+from conftest import ROOT, agent_text, demo_agent_block, plugin_block, prompt_params, start_session
 
 DOC = ROOT / "docs" / "writing-proxies.md"
 EXAMPLES = ROOT / "docs" / "examples"

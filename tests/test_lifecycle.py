@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    allow_permission,
     demo_agent_block,
     prompt_params,
     proxy_block,
@@ -142,14 +143,7 @@ def test_nested_conductor_behaves_like_the_flattened_chain(make_chain, conductor
         peer = conductor(chain)
         session = start_session(peer)
         peer.request(5, "session/prompt", prompt_params(session, "please ask permission"))
-        before, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-        peer.send(
-            {
-                "jsonrpc": "2.0",
-                "id": request["id"],
-                "result": {"outcome": {"outcome": "selected", "optionId": "allow"}},
-            }
-        )
+        before, request = allow_permission(peer)
         updates, response = peer.response(5)
         peer.request(6, "_demo/echo", {"x": [1, 2]})
         _, echo = peer.response(6)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import agent_text, proxy_block, script_agent_block
-from test_plugins import plugin_block
+from conftest import agent_text, plugin_block, proxy_block, script_agent_block
 
 EDITOR_SERVER = {"type": "acp", "name": "editor tools", "serverId": "editor-tools"}
 

@@ -11,7 +11,9 @@ from conftest import (
     PY,
     ROOT,
     agent_text,
+    allow_permission,
     demo_agent_block,
+    plugin_block,
     prompt_params,
     proxy_block,
     read_jsonl,
@@ -19,27 +21,6 @@ from conftest import (
 )
 
 MODES = ["inprocess", "standalone"]
-
-
-def plugin_block(spec: str, mode: str, name: str, **options: object) -> str:
-    """A [[proxy]] running plugin `spec` in-process, or as `conductor proxy` in a subprocess."""
-    if mode == "inprocess":
-        opts = ", ".join(f"{k} = {json.dumps(v)}" for k, v in options.items())
-        return f'[[proxy]]\nname = "{name}"\nplugin = "{spec}"\noptions = {{ {opts} }}\n'
-    argv = [PY, "-m", "conductor", "proxy", spec, "--name", name]
-    for key, value in options.items():
-        argv += ["-o", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
-    return f'[[proxy]]\nname = "{name}"\ncommand = {json.dumps(argv)}\n'
-
-
-def _permission_allow(peer, request):
-    peer.send(
-        {
-            "jsonrpc": "2.0",
-            "id": request["id"],
-            "result": {"outcome": {"outcome": "selected", "optionId": "allow"}},
-        }
-    )
 
 
 @pytest.fixture(params=MODES)
@@ -122,8 +103,7 @@ def test_mixed_chain_permission_round_trip(make_chain, conductor, mode):
     peer = conductor(chain)
     session = start_session(peer)
     peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
-    _, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-    _permission_allow(peer, request)
+    allow_permission(peer)
     updates, response = peer.response(5)
     assert response["result"]["stopReason"] == "end_turn"
     assert agent_text(updates) == ">> Permission granted. You said: ask permission"
@@ -180,8 +160,7 @@ def test_same_transcript_in_process_and_standalone(make_chain, conductor):
         peer = conductor(chain)
         session = start_session(peer)
         peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
-        before, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-        _permission_allow(peer, request)
+        before, request = allow_permission(peer)
         updates, response = peer.response(5)
         peer.request(6, "_test/local", {"sessionId": session})
         _, local = peer.response(6)
@@ -275,8 +254,7 @@ def test_plugins_in_front_of_the_official_sdk_agent(make_chain, conductor):
     peer = conductor(chain)
     session = start_session(peer)
     peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
-    _, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-    _permission_allow(peer, request)
+    allow_permission(peer)
     updates, response = peer.response(5)
     assert response["result"]["stopReason"] == "end_turn"
     text = agent_text(updates)

@@ -18,11 +18,11 @@ from conftest import (
     ROOT,
     agent_text,
     demo_agent_block,
+    plugin_block,
     prompt_params,
     read_jsonl,
     start_session,
 )
-from test_plugins import plugin_block
 
 from proxies.context import ContextProxy
 from proxies.redact import DEFAULT_PATTERNS, RedactProxy

@@ -18,15 +18,11 @@ from conftest import (
     ROOT,
     agent_text,
     demo_agent_block,
+    plugin_block,
     prompt_params,
     read_jsonl,
     start_session,
 )
-
-try:
-    from conftest import plugin_block
-except ImportError:
-    from test_plugins import plugin_block
 
 MODES = ("inprocess", "standalone")
 VERSIONS = (1, 2)
@@ -34,24 +30,8 @@ PERMISSIONS = "proxies.permissions:PermissionsProxy"
 RECORDER = "proxies.recorder:RecorderProxy"
 
 
-def toml_value(value: object) -> str:
-    """A TOML inline value (plugin_block writes options as JSON, which TOML takes only for
-    scalars and lists of scalars, not tables)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return (
-            "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
-        )
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return json.dumps(value)
-
-
 def block(spec: str, mode: str, name: str, **options: object) -> str:
     """A [[proxy]] running `spec` in-process or standalone; a standalone one logs at INFO."""
-    if mode == "inprocess":
-        return f'[[proxy]]\nname = "{name}"\nplugin = "{spec}"\noptions = {toml_value(options)}\n'
     text = plugin_block(spec, mode, name, **options)
     return text.replace('"conductor", "proxy"', '"conductor", "--log-level", "info", "proxy"')
 

@@ -6,22 +6,22 @@ import itertools
 from pathlib import Path
 
 import pytest
-from conftest import demo_agent_block, prompt_params, proxy_block, read_jsonl, start_session
-from test_plugins import plugin_block
+from conftest import (
+    allow_permission,
+    demo_agent_block,
+    plugin_block,
+    prompt_params,
+    proxy_block,
+    read_jsonl,
+    start_session,
+)
 
 
 def _run(conductor, chain: Path, trace: Path) -> None:
     peer = conductor(chain, "--trace", str(trace))
     session = start_session(peer)
     peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
-    _, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-    peer.send(
-        {
-            "jsonrpc": "2.0",
-            "id": request["id"],
-            "result": {"outcome": {"outcome": "selected", "optionId": "allow"}},
-        }
-    )
+    allow_permission(peer)
     peer.response(5)
     peer.close_stdin()
     assert peer.wait() == 0

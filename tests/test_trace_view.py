@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, demo_agent_block, prompt_params, proxy_block, read_jsonl, start_session
+from conftest import (
+    ROOT,
+    allow_permission,
+    demo_agent_block,
+    prompt_params,
+    proxy_block,
+    read_jsonl,
+    start_session,
+)
 from playwright.sync_api import Page, sync_playwright
 
 ARTIFACTS = ROOT / "test-artifacts"
@@ -79,14 +87,7 @@ def demo_trace(tmp_path_factory) -> Path:
     try:
         session = start_session(peer)
         peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
-        _, ask = peer.read_until(lambda m: m.get("method") == "session/request_permission")
-        peer.send(
-            {
-                "jsonrpc": "2.0",
-                "id": ask["id"],
-                "result": {"outcome": {"outcome": "selected", "optionId": "allow"}},
-            }
-        )
+        allow_permission(peer)
         peer.response(5)
         peer.request(6, "session/new", {"cwd": "/tmp", "mcpServers": []})
         peer.response(6)
