@@ -488,7 +488,8 @@ class Router:
         if raw_id is None:
             log.warning("%s sent an invalid successor envelope (dropped): %s", link.name, why)
         else:
-            link.send(wire.error_response(raw_id, code, "Invalid successor envelope", why)[:-1])
+            data = {"component": self._link_label(link, True), "reason": why}
+            link.send(wire.error_response(raw_id, code, "Invalid successor envelope", data)[:-1])
 
     @staticmethod
     def _transparent(host: PluginHost, method: str, side: str, is_request: bool) -> bool:

@@ -352,3 +352,21 @@ def test_stdout_carries_only_json_rpc(make_chain, conductor):
         if line is None:
             break
         json.loads(line)
+
+
+def test_invalid_envelopes_get_the_conductors_own_error(make_chain, conductor):
+    """Play the parent conductor of a proxy-mode chain and send it broken envelopes."""
+    chain = make_chain(proxy_block(name="only"))
+    peer = conductor(chain)
+    peer.request(1, "_proxy/initialize", {"protocolVersion": 1})
+    envelope = peer.read()
+    peer.send({"jsonrpc": "2.0", "id": envelope["id"], "result": {"protocolVersion": 1}})
+    peer.response(1)
+    for i, params in enumerate([{"params": {}}, {"method": 5}, {"method": "x", "params": 3}]):
+        peer.request(f"bad{i}", "_proxy/successor", params)
+        _, response = peer.response(f"bad{i}")
+        assert response["error"]["message"] == "Invalid successor envelope"
+        assert response["error"]["data"]["component"] == "successor"
+    peer.request("init", "_proxy/successor", {"method": "_proxy/initialize", "params": {}})
+    _, response = peer.response("init")
+    assert response["error"]["code"] == -32600
