@@ -1,0 +1,229 @@
+"""End to end with the official ACP TypeScript SDK (``@agentclientprotocol/sdk``) as real peers.
+
+The TS client (tests/interop/ts_client.mjs) talks to the TS echo agent
+(tests/interop/ts_agent.mjs) or the built-in demo agent, directly and through
+``conductor run CHAIN`` with pass-through proxies, over ACP v1 and draft v2; the
+transcripts must be identical. The official Python SDK client also talks to the TS agent
+through the conductor. The SDK is pinned in tests/interop/package.json (and its lock file);
+install it with ``npm ci --prefix tests/interop``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PY, ROOT, proxy_block, toml_list
+
+INTEROP = ROOT / "tests" / "interop"
+TS_CLIENT = INTEROP / "ts_client.mjs"
+TS_AGENT = INTEROP / "ts_agent.mjs"
+SDK_PACKAGE = INTEROP / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
+SDK_CLIENT = ROOT / "tests" / "peers" / "sdk_client.py"
+SDK_VERSION = "2.4.0"
+
+PROMPTS = ["hello world", "may I have permission to echo?"]
+CLIENT_TIMEOUT = 20.0
+
+
+def node() -> str:
+    """The node executable, failing (never skipping) when the TS SDK is not installed."""
+    path = shutil.which("node")
+    if path is None:
+        pytest.fail("node (v20+) is not on PATH; it is needed to run the TypeScript SDK peers")
+    if not SDK_PACKAGE.exists():
+        pytest.fail(
+            "the ACP TypeScript SDK is not installed: run `npm ci --prefix tests/interop`",
+            pytrace=False,
+        )
+    version = json.loads(SDK_PACKAGE.read_text())["version"]
+    if version != SDK_VERSION:
+        pytest.fail(
+            f"tests/interop has @agentclientprotocol/sdk {version}, expected {SDK_VERSION}: "
+            "run `npm ci --prefix tests/interop`",
+            pytrace=False,
+        )
+    return path
+
+
+def agent_command(agent: str, version: int) -> list[str]:
+    if agent == "ts":
+        return [node(), str(TS_AGENT), *(["--v2"] if version == 2 else [])]
+    return [PY, "-m", "conductor.demo_agent"]
+
+
+def write_chain(folder: Path, agent: list[str], proxies: int, name: str) -> Path:
+    blocks = [proxy_block(name=f"pass{i + 1}") for i in range(proxies)]
+    blocks.append(f'[agent]\nname = "agent"\ncommand = {toml_list(list(agent))}\n')
+    path = folder / name
+    path.write_text("\n".join(blocks))
+    return path
+
+
+def conductor_command(chain: Path) -> list[str]:
+    return [PY, "-m", "conductor", "run", str(chain)]
+
+
+class Run:
+    def __init__(self, label: str, proc: subprocess.CompletedProcess[bytes]) -> None:
+        self.label = label
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout.decode("utf-8")
+        self.stderr = proc.stderr.decode("utf-8", "replace")
+        self.events: list[dict[str, Any]] = [json.loads(line) for line in self.stdout.splitlines()]
+
+    def describe(self) -> str:
+        return (
+            f"{self.label}: exit status {self.returncode}\n--- transcript (tail) ---\n"
+            f"{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
+        )
+
+
+def run(label: str, argv: list[str]) -> Run:
+    proc = subprocess.run(
+        argv, capture_output=True, cwd=ROOT, timeout=CLIENT_TIMEOUT + 15, check=False
+    )
+    return Run(label, proc)
+
+
+def prompt_args(prompts: list[str]) -> list[str]:
+    return [arg for text in prompts for arg in ("--prompt", text)]
+
+
+def ts_client(label: str, command: list[str], version: int) -> Run:
+    argv = [node(), str(TS_CLIENT), "--timeout", str(CLIENT_TIMEOUT), "--cwd", "/tmp"]
+    if version == 2:
+        argv.append("--v2")
+    return run(label, [*argv, *prompt_args(PROMPTS), "--", *command])
+
+
+def normalize_session_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Replace each session id the agent minted (a random UUID in the TS agent) by a label."""
+    text = json.dumps(events)
+    for n, event in enumerate(e for e in events if e["event"] == "session_new"):
+        text = text.replace(json.dumps(event["result"]["sessionId"]), f'"<session-{n + 1}>"')
+    normalized: list[dict[str, Any]] = json.loads(text)
+    return normalized
+
+
+def texts(events: list[dict[str, Any]]) -> list[str]:
+    return [
+        e["params"]["update"]["content"]["text"]
+        for e in events
+        if e["event"] == "update"
+        and e["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
+
+
+def diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
+    lines = [f"{len(expected)} vs {len(got)} events"]
+    for i, (a, b) in enumerate(zip(expected, got, strict=False)):
+        if a != b:
+            lines.append(f"  [{i}] direct:  {json.dumps(a, sort_keys=True)}")
+            lines.append(f"  [{i}] through: {json.dumps(b, sort_keys=True)}")
+    return "\n".join(lines)
+
+
+def check_direct_transcript(agent: str, version: int, direct: Run) -> None:
+    """Sanity checks, so that identical transcripts mean something."""
+    events = direct.events
+    kinds = [e["event"] for e in events]
+    assert kinds[:2] == ["initialize", "session_new"], direct.describe()
+    assert kinds.count("permission") == 1, direct.describe()
+    assert kinds.count("prompt_response") == 2, direct.describe()
+    assert kinds[-1] == "prompt_response", direct.describe()
+    assert "error" not in kinds, direct.describe()
+    assert events[0]["result"]["protocolVersion"] == version, direct.describe()
+    permission = next(e for e in events if e["event"] == "permission")
+    assert permission["answer"] == {"outcome": {"outcome": "selected", "optionId": "allow"}}
+    if agent == "ts":
+        assert texts(events) == ["Echo: ", PROMPTS[0], "Echo: ", PROMPTS[1], " [permission: allow]"]
+    else:
+        joined = "".join(texts(events))
+        assert joined == f"You said: {PROMPTS[0]}Permission granted. You said: {PROMPTS[1]}"
+    if version == 2:
+        states = [
+            e["params"]["update"].get("state")
+            for e in events
+            if e["event"] == "update" and e["params"]["update"]["sessionUpdate"] == "state_update"
+        ]
+        assert states == ["running", "idle", "running", "requires_action", "running", "idle"]
+        responses = [e["result"] for e in events if e["event"] == "prompt_response"]
+        user_messages = [
+            e["params"]["update"]["messageId"]
+            for e in events
+            if e["event"] == "update" and e["params"]["update"]["sessionUpdate"] == "user_message"
+        ]
+        assert responses == [{"messageId": m} for m in user_messages], direct.describe()
+    else:
+        responses = [e["result"] for e in events if e["event"] == "prompt_response"]
+        assert responses == [{"stopReason": "end_turn"}] * 2, direct.describe()
+
+
+@pytest.mark.parametrize("agent", ["ts", "demo"])
+@pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+def test_ts_client_transcripts_identical_direct_and_through_conductor(
+    tmp_path: Path, agent: str, version: int
+) -> None:
+    command = agent_command(agent, version)
+    direct = ts_client("direct", command, version)
+    assert direct.returncode == 0, direct.describe()
+    check_direct_transcript(agent, version, direct)
+    expected = normalize_session_ids(direct.events)
+
+    chains = {p: write_chain(tmp_path, command, p, f"chain{p}.toml") for p in (0, 1, 3)}
+    with ThreadPoolExecutor(len(chains)) as pool:
+        runs = list(
+            pool.map(
+                lambda p: ts_client(f"{p} proxies", conductor_command(chains[p]), version), chains
+            )
+        )
+    failures = []
+    for through in runs:
+        if through.returncode != 0:
+            failures.append(through.describe())
+            continue
+        got = normalize_session_ids(through.events)
+        if got != expected:
+            failures.append(f"{through.label}: transcripts differ: {diff(expected, got)}")
+    assert not failures, f"{agent} agent, v{version}:\n" + "\n\n".join(failures)
+
+
+def test_python_sdk_client_through_two_proxies_to_ts_agent(tmp_path: Path) -> None:
+    chain = write_chain(tmp_path, agent_command("ts", 1), 2, "chain.toml")
+    argv = [PY, str(SDK_CLIENT), "--timeout", str(CLIENT_TIMEOUT), "--permission", "allow"]
+    result = run(
+        "python sdk client", [*argv, *prompt_args(PROMPTS), "--", *conductor_command(chain)]
+    )
+    assert result.returncode == 0, result.describe()
+    kinds = [e["event"] for e in result.events]
+    assert kinds == [
+        "initialize",
+        "session_new",
+        *["update"] * 2,
+        "prompt_response",
+        "permission",
+        *["update"] * 3,
+        "prompt_response",
+    ], result.describe()
+    assert result.events[0]["result"]["agentInfo"]["name"] == "ts-echo-agent"
+    session_id = result.events[1]["result"]["sessionId"]
+    assert all(e["params"]["sessionId"] == session_id for e in result.events if "params" in e)
+    permission = result.events[5]
+    assert permission["params"]["toolCall"]["rawInput"] == {"text": PROMPTS[1]}
+    assert [o["optionId"] for o in permission["params"]["options"]] == ["allow", "reject"]
+    assert permission["answer"] == {"outcome": {"outcome": "selected", "optionId": "allow"}}
+    assert texts(result.events) == [
+        "Echo: ",
+        PROMPTS[0],
+        "Echo: ",
+        PROMPTS[1],
+        " [permission: allow]",
+    ]
+    assert result.events[4]["result"] == {"stopReason": "end_turn"}
+    assert result.events[-1]["result"] == {"stopReason": "end_turn"}
