@@ -23,7 +23,7 @@ __all__ = ["Chain", "ChainError", "ComponentSpec", "load_chain"]
 
 TOP_KEYS = {"name", "proxy", "agent"}
 COMPONENT_KEYS = {"name", "command", "plugin", "options", "env", "cwd", "dialect", "url", "headers"}
-DIALECTS = ("auto", "underscore", "plain")
+DIALECTS = ("auto", "underscore", "plain", "legacy")
 PYTHON_NAMES = {"python", "python3"}
 
 

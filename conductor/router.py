@@ -30,7 +30,10 @@ log = logging.getLogger("conductor")
 
 INITIALIZE = "initialize"
 PROXY_INITIALIZE = ("_proxy/initialize", "proxy/initialize")
-SUCCESSOR = ("_proxy/successor", "proxy/successor")
+# The older draft (spoken by @thinkwell/conductor): `initialize` with `_meta.proxy`, and
+# successor methods named by message kind.
+LEGACY_REQUEST, LEGACY_NOTIFICATION = "_proxy/successor/request", "_proxy/successor/notification"
+SUCCESSOR = ("_proxy/successor", "proxy/successor", LEGACY_REQUEST, LEGACY_NOTIFICATION)
 CANCEL = "$/cancel_request"
 MCP_MESSAGE = "mcp/message"
 SESSION_SETUP = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
@@ -89,7 +92,16 @@ class Link:
 
     def use_dialect(self, method: str) -> None:
         """Answer a proxy in the form it uses."""
+        if method in (LEGACY_REQUEST, LEGACY_NOTIFICATION):
+            self.dialect = "legacy"
+            return
         self.init_method, self.wrapper = UNDERSCORE if method[0] == "_" else PLAIN
+
+    def wrapper_for(self, request: bool) -> bytes:
+        """The quoted envelope method for a message delivered to this proxy."""
+        if self.dialect == "legacy":
+            return b'"_proxy/successor/request"' if request else b'"_proxy/successor/notification"'
+        return self.wrapper
 
     def __repr__(self) -> str:
         return f"<Link {self.name}>"
@@ -126,6 +138,7 @@ class Route:
     __slots__ = (
         "batch",
         "expect_version",
+        "legacy_init",
         "mcp_key",
         "origin",
         "origin_id",
@@ -153,7 +166,8 @@ class Route:
         self.retry = retry  # (target node, params) for the dialect fallback
         self.reply_side = reply_side  # where the reply comes from, seen from the origin
         self.session: str | None = None  # only filled when tracing
-        self.mcp_key: tuple[str, str] | None = None  # an open mcp/message: (serverId, requestId)
+        self.mcp_key: tuple[str, str] | None = None
+        self.legacy_init = False  # an initialize offering the proxy role (older draft)  # an open mcp/message: (serverId, requestId)
 
 
 class Router:
@@ -435,6 +449,12 @@ class Router:
             line_id = target.allocate(route)
             target.send(wire.request(line_id, b'"initialize"', params)[:-1])
             return target, target.next_id, EDITOR
+        if target.dialect == "legacy":
+            # The older draft: a plain initialize that offers the proxy role in _meta.
+            route.legacy_init = True
+            line_id = target.allocate(route)
+            target.send(wire.request(line_id, b'"initialize"', _legacy_offer(params))[:-1])
+            return target, target.next_id, EDITOR
         if target.dialect == "auto" and target.init_method == UNDERSCORE[0]:
             route.retry = (node, params)
         line_id = target.allocate(route)
@@ -476,6 +496,8 @@ class Router:
             )
             return
         if inner_method == INITIALIZE and not upward and raw_id is not None:
+            if link.dialect == "legacy" and params_raw is not None:
+                params_raw = _legacy_withdraw(params_raw, "params")
             route = Route(link, raw_id, key)
             link.incoming[key] = self._send_initialize(target, route, params_raw)
             return
@@ -587,7 +609,8 @@ class Router:
         else:
             method_raw, params_raw = inner.method_raw, inner.params_raw
         if wrap:
-            target.send(wire.envelope(new_id, target.wrapper, method_raw, params_raw)[:-1])
+            wrapper = target.wrapper_for(new_id is not None)
+            target.send(wire.envelope(new_id, wrapper, method_raw, params_raw)[:-1])
         else:
             target.send(wire.request(new_id, method_raw, params_raw)[:-1])
 
@@ -717,6 +740,8 @@ class Router:
         if route.retry is not None and _error_code(msg) == METHOD_NOT_FOUND:
             self._fall_back(link, route)
             return
+        if route.legacy_init:
+            msg = self._legacy_accepted(link, msg)
         if route.expect_version is not None and self._version_mismatch(link, msg, route):
             return
         if self.trace is not None:
@@ -794,6 +819,25 @@ class Router:
         else:
             origin.send(line)
 
+    def _legacy_accepted(self, link: Link, msg: Message) -> Message:
+        """An older-draft proxy's initialize answer: it must accept the proxy role, which is
+        hop-local, so the acceptance is taken out of the result passed on."""
+        result = msg.obj.get("result")
+        if type(result) is not dict:
+            return msg
+        meta = result.get("_meta")
+        if type(meta) is not dict or meta.get("proxy") is not True:
+            error = {
+                "code": INVALID_REQUEST,
+                "message": f"proxy {link.name!r} did not accept the proxy role (dialect = legacy)",
+                "data": {"component": link.name},
+            }
+            return Message(None, {"jsonrpc": "2.0", "id": msg.obj["id"], "error": error})
+        raw = msg.raw_member("result")
+        assert raw is not None
+        result_raw = _legacy_withdraw(raw, "result")
+        return Message(None, {**msg.obj, "result": orjson.loads(result_raw)}, result_raw)
+
     # ---------------------------------------------------------------- failure
 
     def link_failed(self, link: Link, cause: dict[str, Any]) -> None:
@@ -834,6 +878,30 @@ class Inner:
         self.method_raw = method_raw
         self.params = params
         self.params_raw = params_raw
+
+
+def _legacy_offer(params: bytes | None) -> bytes:
+    """Initialize params with `_meta.proxy: true` (the older draft's proxy role offer)."""
+    value = {} if params is None else orjson.loads(params)
+    meta = value.get("_meta")
+    value["_meta"] = {**(meta if type(meta) is dict else {}), "proxy": True}
+    return orjson.dumps(value)
+
+
+def _legacy_withdraw(payload: bytes, what: str) -> bytes:
+    """The payload without `_meta.proxy` (hop-local in the older draft); re-encoded only
+    when it is there."""
+    value = orjson.loads(payload)
+    meta = value.get("_meta") if type(value) is dict else None
+    if type(meta) is not dict or "proxy" not in meta:
+        return payload
+    rest = {k: v for k, v in meta.items() if k != "proxy"}
+    if rest:
+        value["_meta"] = rest
+    else:
+        del value["_meta"]
+    log.debug("removed the hop-local _meta.proxy from an initialize %s", what)
+    return orjson.dumps(value)
 
 
 def _mcp_key(params: dict[str, Any]) -> tuple[str, str]:

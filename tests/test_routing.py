@@ -370,3 +370,50 @@ def test_invalid_envelopes_get_the_conductors_own_error(make_chain, conductor):
     peer.request("init", "_proxy/successor", {"method": "_proxy/initialize", "params": {}})
     _, response = peer.response("init")
     assert response["error"]["code"] == -32600
+
+
+def test_older_draft_proxies_run_with_dialect_legacy(make_chain, conductor, tmp_path):
+    """The draft @thinkwell/conductor speaks: initialize + _meta.proxy, successor/request|notification."""
+    log, record = tmp_path / "proxy.jsonl", tmp_path / "agent.jsonl"
+    chain = make_chain(
+        proxy_block("--dialect", "legacy", "--log", str(log), dialect="legacy")
+        + demo_agent_block("--record", str(record))
+    )
+    peer = conductor(chain)
+    peer.request(0, "initialize", {**init_params(1), "_meta": {"editor": 1}})
+    _, response = peer.response(0)
+    assert response["result"]["protocolVersion"] == 1
+    assert "_meta" not in response["result"], "the proxy's acceptance of its role is hop-local"
+    session = start_session_after_init(peer)
+    peer.request(5, "session/prompt", prompt_params(session, "ask permission"))
+    _, request = peer.read_until(lambda m: m.get("method") == "session/request_permission")
+    peer.send(
+        {
+            "jsonrpc": "2.0",
+            "id": request["id"],
+            "result": {"outcome": {"outcome": "selected", "optionId": "allow"}},
+        }
+    )
+    updates, response = peer.response(5)
+    assert response["result"]["stopReason"] == "end_turn" and "granted" in agent_text(updates)
+    received = read_jsonl(log)
+    assert received[0]["method"] == "initialize"
+    assert received[0]["params"]["_meta"] == {"editor": 1, "proxy": True}
+    wrapped = {m["method"] for m in received if "successor" in m.get("method", "")}
+    assert wrapped == {"_proxy/successor/request", "_proxy/successor/notification"}
+    agent_init = read_jsonl(record)[0]
+    assert agent_init["params"]["_meta"] == {"editor": 1}
+
+
+def test_legacy_proxy_must_accept_its_role(make_chain, conductor):
+    chain = make_chain(proxy_block(dialect="legacy") + demo_agent_block())
+    peer = conductor(chain)
+    peer.request(0, "initialize", init_params(1))
+    _, response = peer.response(0)
+    assert response["error"]["code"] == -32600 and "proxy role" in response["error"]["message"]
+
+
+def start_session_after_init(peer) -> str:
+    peer.request(1, "session/new", {"cwd": "/tmp", "mcpServers": []})
+    _, response = peer.response(1)
+    return str(response["result"]["sessionId"])
