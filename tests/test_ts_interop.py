@@ -2,7 +2,8 @@
 
 The TS client (tests/interop/ts_client.mjs) talks to the TS echo agent
 (tests/interop/ts_agent.mjs) or the built-in demo agent, directly and through
-``conductor run CHAIN`` with pass-through proxies, over ACP v1 and draft v2; the
+``conductor run CHAIN`` with pass-through proxies (subprocess, in-process and mixed), over ACP
+v1 and draft v2; the
 transcripts must be identical. The official Python SDK client also talks to the TS agent
 through the conductor. The SDK is pinned in tests/interop/package.json (and its lock file);
 install it with ``npm ci --prefix tests/interop``.
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, proxy_block, toml_list
+from conftest import PY, ROOT, plugin_block, proxy_block, toml_list
 
 INTEROP = ROOT / "tests" / "interop"
 TS_CLIENT = INTEROP / "ts_client.mjs"
@@ -57,8 +58,26 @@ def agent_command(agent: str, version: int) -> list[str]:
     return [PY, "-m", "conductor.demo_agent"]
 
 
-def write_chain(folder: Path, agent: list[str], proxies: int, name: str) -> Path:
-    blocks = [proxy_block(name=f"pass{i + 1}") for i in range(proxies)]
+WATCHER = "tests.fixtures.plugins:Watcher"  # an in-process plugin that sees every message
+LAYOUTS = {
+    "0 proxies": [],
+    "1 proxy": ["sub"],
+    "3 proxies": ["sub", "sub", "sub"],
+    "3 in-process": ["plugin", "plugin", "plugin"],
+    "mixed": ["plugin", "sub", "plugin"],
+}
+
+
+def write_chain(folder: Path, agent: list[str], proxies: int | list[str], name: str) -> Path:
+    """A chain with `proxies` pass-through subprocess proxies, or the given layout of
+    subprocess ("sub") and in-process ("plugin") proxies."""
+    layout = ["sub"] * proxies if isinstance(proxies, int) else proxies
+    blocks = [
+        proxy_block(name=f"pass{i + 1}")
+        if kind == "sub"
+        else plugin_block(WATCHER, "inprocess", f"watch{i + 1}")
+        for i, kind in enumerate(layout)
+    ]
     blocks.append(f'[agent]\nname = "agent"\ncommand = {toml_list(list(agent))}\n')
     path = folder / name
     path.write_text("\n".join(blocks))
@@ -176,11 +195,14 @@ def test_ts_client_transcripts_identical_direct_and_through_conductor(
     check_direct_transcript(agent, version, direct)
     expected = normalize_session_ids(direct.events)
 
-    chains = {p: write_chain(tmp_path, command, p, f"chain{p}.toml") for p in (0, 1, 3)}
+    chains = {
+        label: write_chain(tmp_path, command, layout, f"chain{i}.toml")
+        for i, (label, layout) in enumerate(LAYOUTS.items())
+    }
     with ThreadPoolExecutor(len(chains)) as pool:
         runs = list(
             pool.map(
-                lambda p: ts_client(f"{p} proxies", conductor_command(chains[p]), version), chains
+                lambda label: ts_client(label, conductor_command(chains[label]), version), chains
             )
         )
     failures = []
