@@ -141,6 +141,10 @@ class ChainRunner:
             try:
                 process = ChildProcess(spec)
             except OSError as exc:
+                # The editor gets the error; the chain cannot run half-started, so end it.
+                log.error("%s; shutting the chain down", exc)
+                self.exit_code = 1
+                self._done.set()
                 raise SpawnError(str(exc)) from None
             writer = FdWriter(process.stdin, spec.name, self.dirty)
             send = (

@@ -196,3 +196,18 @@ def test_proxy_mode_wraps_and_unwraps_byte_for_byte(make_chain, conductor, tmp_p
     peer.send({"jsonrpc": "2.0", "id": up["id"], "result": {"ok": True}})
     _, answer = peer.response("up")
     assert answer["result"] == {"ok": True}
+
+
+def test_a_component_that_cannot_start_fails_initialize_and_the_run(
+    make_chain, conductor, tmp_path
+):
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/no/such/interpreter\n")  # executable, so it passes the check...
+    script.chmod(0o755)
+    chain = make_chain(proxy_block() + f'[agent]\nname = "broken"\ncommand = ["{script}"]\n')
+    peer = conductor(chain)
+    peer.request(1, "initialize", {"protocolVersion": 1})
+    _, response = peer.response(1)
+    # ...but its start fails: the editor hears why, and the run ends (nothing half-started).
+    assert response["error"]["code"] == -32603 and "broken" in response["error"]["data"]
+    assert peer.wait(timeout=15) == 1
