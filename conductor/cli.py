@@ -93,7 +93,8 @@ def cli(ctx: click.Context, log_level: str, log_file: str | None, trace: str | N
     type=float,
     default=2.0,
     show_default=True,
-    help="Seconds children get to exit after their stdin closes.",
+    help="Seconds the editor's in-flight requests get to finish after it closes stdin, and "
+    "then seconds children get to exit after their stdin is closed (before SIGTERM).",
 )
 @click.pass_obj
 def run(settings: dict[str, Any], chain: str, grace: float) -> None:
