@@ -1,12 +1,14 @@
 """End to end with the official ACP TypeScript SDK (``@agentclientprotocol/sdk``) as real peers.
 
 The TS client (tests/interop/ts_client.mjs) talks to the TS echo agent
-(tests/interop/ts_agent.mjs) or the built-in demo agent, directly and through
-``conductor run CHAIN`` with pass-through proxies (subprocess, in-process and mixed), over ACP
-v1 and draft v2; the
-transcripts must be identical. The official Python SDK client also talks to the TS agent
-through the conductor. The SDK is pinned in tests/interop/package.json (and its lock file);
-install it with ``npm ci --prefix tests/interop``.
+(tests/interop/ts_agent.mjs), the built-in demo agent or the official Python SDK's echo agent
+(tests/peers/sdk_echo_agent.py, v1 only), directly and through ``conductor run CHAIN`` with
+pass-through proxies (subprocess, in-process and mixed), over ACP v1 and draft v2; the
+transcripts must be identical. The TS client also runs the example agent shipped in the npm
+package ``@zed-industries/agent-client-protocol`` (typescript/examples/agent.ts, run with tsx)
+directly and through 0 and 3 proxies. The official Python SDK client also talks to the TS agent
+through the conductor. The SDK, that package and tsx are pinned in tests/interop/package.json
+(and its lock file); install them with ``npm ci --prefix tests/interop``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ TS_CLIENT = INTEROP / "ts_client.mjs"
 TS_AGENT = INTEROP / "ts_agent.mjs"
 SDK_PACKAGE = INTEROP / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json"
 SDK_CLIENT = ROOT / "tests" / "peers" / "sdk_client.py"
+SDK_ECHO_AGENT = ROOT / "tests" / "peers" / "sdk_echo_agent.py"
 SDK_VERSION = "2.4.0"
+# The example agent shipped (as TypeScript source, run with tsx) in the older npm package
+# @zed-industries/agent-client-protocol: text chunks, tool calls, a permission request.
+ZED_PACKAGE = INTEROP / "node_modules" / "@zed-industries" / "agent-client-protocol"
+ZED_AGENT = ZED_PACKAGE / "typescript" / "examples" / "agent.ts"
+TSX_CLI = INTEROP / "node_modules" / "tsx" / "dist" / "cli.mjs"
 
 PROMPTS = ["hello world", "may I have permission to echo?"]
 CLIENT_TIMEOUT = 20.0
@@ -52,9 +60,23 @@ def node() -> str:
     return path
 
 
+def zed_example_agent() -> list[str]:
+    """The command running the example agent of @zed-industries/agent-client-protocol."""
+    executable = node()
+    if not ZED_AGENT.exists() or not TSX_CLI.exists():
+        pytest.fail(
+            "@zed-industries/agent-client-protocol or tsx is missing from tests/interop: "
+            "run `npm ci --prefix tests/interop`",
+            pytrace=False,
+        )
+    return [executable, str(TSX_CLI), str(ZED_AGENT)]
+
+
 def agent_command(agent: str, version: int) -> list[str]:
     if agent == "ts":
         return [node(), str(TS_AGENT), *(["--v2"] if version == 2 else [])]
+    if agent == "sdk":
+        return [PY, str(SDK_ECHO_AGENT)]  # the official Python SDK's echo agent (v1 only)
     return [PY, "-m", "conductor.demo_agent"]
 
 
@@ -114,11 +136,11 @@ def prompt_args(prompts: list[str]) -> list[str]:
     return [arg for text in prompts for arg in ("--prompt", text)]
 
 
-def ts_client(label: str, command: list[str], version: int) -> Run:
+def ts_client(label: str, command: list[str], version: int, prompts: list[str] = PROMPTS) -> Run:
     argv = [node(), str(TS_CLIENT), "--timeout", str(CLIENT_TIMEOUT), "--cwd", "/tmp"]
     if version == 2:
         argv.append("--v2")
-    return run(label, [*argv, *prompt_args(PROMPTS), "--", *command])
+    return run(label, [*argv, *prompt_args(prompts), "--", *command])
 
 
 def normalize_session_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -160,7 +182,7 @@ def check_direct_transcript(agent: str, version: int, direct: Run) -> None:
     assert events[0]["result"]["protocolVersion"] == version, direct.describe()
     permission = next(e for e in events if e["event"] == "permission")
     assert permission["answer"] == {"outcome": {"outcome": "selected", "optionId": "allow"}}
-    if agent == "ts":
+    if agent in ("ts", "sdk"):
         assert texts(events) == ["Echo: ", PROMPTS[0], "Echo: ", PROMPTS[1], " [permission: allow]"]
     else:
         joined = "".join(texts(events))
@@ -184,8 +206,11 @@ def check_direct_transcript(agent: str, version: int, direct: Run) -> None:
         assert responses == [{"stopReason": "end_turn"}] * 2, direct.describe()
 
 
-@pytest.mark.parametrize("agent", ["ts", "demo"])
-@pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+# Every agent with every protocol version it speaks (the Python SDK's agent speaks only v1).
+PAIRINGS = [("ts", 1), ("ts", 2), ("demo", 1), ("demo", 2), ("sdk", 1)]
+
+
+@pytest.mark.parametrize(("agent", "version"), PAIRINGS, ids=[f"v{v}-{a}" for a, v in PAIRINGS])
 def test_ts_client_transcripts_identical_direct_and_through_conductor(
     tmp_path: Path, agent: str, version: int
 ) -> None:
@@ -249,3 +274,54 @@ def test_python_sdk_client_through_two_proxies_to_ts_agent(tmp_path: Path) -> No
     ]
     assert result.events[4]["result"] == {"stopReason": "end_turn"}
     assert result.events[-1]["result"] == {"stopReason": "end_turn"}
+
+
+def test_ts_client_with_zed_example_agent_direct_and_through_conductor(tmp_path: Path) -> None:
+    """The example agent of @zed-industries/agent-client-protocol sleeps 1 s between updates
+    (about 5 s a turn): one prompt, and the direct run alongside the chains."""
+    command = zed_example_agent()
+    chains = {
+        label: write_chain(tmp_path, command, proxies, f"chain{proxies}.toml")
+        for label, proxies in [("0 proxies", 0), ("3 proxies", 3)]
+    }
+    commands = {"direct": command, **{k: conductor_command(v) for k, v in chains.items()}}
+    with ThreadPoolExecutor(len(commands)) as pool:
+        direct, *runs = pool.map(
+            lambda label: ts_client(label, commands[label], 1, PROMPTS[:1]), commands
+        )
+
+    assert direct.returncode == 0, direct.describe()
+    events = direct.events
+    kinds = [e["event"] for e in events]
+    assert kinds == [
+        "initialize",
+        "session_new",
+        *["update"] * 5,
+        "permission",
+        *["update"] * 2,
+        "prompt_response",
+    ], direct.describe()
+    assert events[0]["result"]["protocolVersion"] == 1
+    updates = [e["params"]["update"]["sessionUpdate"] for e in events if e["event"] == "update"]
+    assert updates == [
+        "agent_message_chunk",
+        "tool_call",
+        "tool_call_update",
+        "agent_message_chunk",
+        "tool_call",
+        "tool_call_update",
+        "agent_message_chunk",
+    ]
+    assert events[7]["params"]["toolCall"]["toolCallId"] == "call_2"
+    assert events[7]["answer"] == {"outcome": {"outcome": "selected", "optionId": "allow"}}
+    assert texts(events)[-1].startswith(" Perfect!")
+    assert events[-1]["result"] == {"stopReason": "end_turn"}
+    expected = normalize_session_ids(events)
+
+    failures = []
+    for through in runs:
+        if through.returncode != 0:
+            failures.append(through.describe())
+        elif (got := normalize_session_ids(through.events)) != expected:
+            failures.append(f"{through.label}: transcripts differ: {diff(expected, got)}")
+    assert not failures, "\n\n".join(failures)
