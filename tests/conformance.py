@@ -194,6 +194,38 @@ def prompt_turn(conn: Conn, version: int) -> str:
     return f"{turn_end(messages, response, version)}; {echoed}"
 
 
+def session_lifecycle(conn: Conn, version: int) -> str:
+    """After one turn: list, then resume (v2, replay from the start; v1: session/load), then
+    close; what each answers, and which updates a resume replays before its answer."""
+    session = new_session(conn, version)
+    messages, response = call(conn, "session/prompt", prompt_params(session, "remember me"))
+    idle = any(u.get("state") == "idle" for u in updates(messages))
+    if version >= 2 and "result" in response and not idle:
+        conn.until(
+            lambda m: (
+                isinstance(m, dict)
+                and m.get("method") == "session/update"
+                and m["params"]["update"].get("state") == "idle"
+            )
+        )
+    _, listed = call(conn, "session/list", {})
+    found = listed.get("result", {}).get("sessions", []) if "result" in listed else []
+    in_list = "listed" if any(s.get("sessionId") == session for s in found) else "not listed"
+    if version >= 2:
+        resume = {"sessionId": session, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        replayed, resumed = call(conn, "session/resume", resume)
+    else:
+        replayed, resumed = call(
+            conn, "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
+        )
+    kinds = ",".join(str(u.get("sessionUpdate")) for u in updates(replayed))
+    _, closed = call(conn, "session/close", {"sessionId": session})
+    return (
+        f"list {outcome(listed)} ({in_list}); resume {outcome(resumed)} replay [{kinds}]; "
+        f"close {outcome(closed)}"
+    )
+
+
 def cancel_mid_turn(how: str) -> Callable[[Conn, int], str]:
     """Cancel a slow turn ("slow" makes the demo agent stream slowly) after its first chunk."""
 
@@ -326,6 +358,7 @@ PROBES: dict[str, Callable[[Conn, int], str]] = {
     'initialize "1"': initialize_with("1"),
     "request before initialize": request_before_initialize,
     "prompt turn": prompt_turn,
+    "session lifecycle": session_lifecycle,
     "session/cancel mid-turn": cancel_mid_turn("session"),
     "$/cancel_request mid-turn": cancel_mid_turn("request"),
     "permission round trip": permission_round_trip,

@@ -36,6 +36,7 @@ THROUGH_PROXIES = [
     "initialize v1",
     "initialize 99",
     "prompt turn",
+    "session lifecycle",
     "session/cancel mid-turn",
     "$/cancel_request mid-turn",
     "permission round trip",
