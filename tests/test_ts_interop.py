@@ -325,3 +325,32 @@ def test_ts_client_with_zed_example_agent_direct_and_through_conductor(tmp_path:
         elif (got := normalize_session_ids(through.events)) != expected:
             failures.append(f"{through.label}: transcripts differ: {diff(expected, got)}")
     assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize("agent", ["ts", "demo", "sdk"])
+def test_python_sdk_client_transcripts_identical_across_layouts(tmp_path: Path, agent: str) -> None:
+    """The official Python SDK client, against each agent, directly and through every layout."""
+    command = agent_command(agent, 1)
+    argv = [PY, str(SDK_CLIENT), "--timeout", str(CLIENT_TIMEOUT), "--permission", "allow"]
+
+    def client(label: str, target: list[str]) -> Run:
+        return run(label, [*argv, *prompt_args(PROMPTS), "--", *target])
+
+    direct = client("direct", command)
+    assert direct.returncode == 0, direct.describe()
+    assert [e["event"] for e in direct.events].count("prompt_response") == 2, direct.describe()
+    expected = normalize_session_ids(direct.events)
+    chains = {
+        label: write_chain(tmp_path, command, layout, f"py{i}.toml")
+        for i, (label, layout) in enumerate(LAYOUTS.items())
+    }
+    with ThreadPoolExecutor(len(chains)) as pool:
+        runs = list(pool.map(lambda label: client(label, conductor_command(chains[label])), chains))
+    failures = [
+        through.describe()
+        if through.returncode != 0
+        else f"{through.label}: transcripts differ: {diff(expected, normalize_session_ids(through.events))}"
+        for through in runs
+        if through.returncode != 0 or normalize_session_ids(through.events) != expected
+    ]
+    assert not failures, f"python client, {agent} agent:\n" + "\n\n".join(failures)
