@@ -257,3 +257,33 @@ def allow_permission(peer: Peer, option: str = "allow") -> tuple[list[Any], Any]
     outcome = {"outcome": "selected", "optionId": option}
     peer.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": outcome}})
     return before, request
+
+
+WATCHER = "tests.fixtures.plugins:Watcher"  # an in-process plugin that sees every message
+
+
+def chain_around(
+    folder: Path,
+    agent: list[str],
+    proxies: int | list[str] = 0,
+    name: str = "chain.toml",
+    agent_name: str = "agent",
+) -> Path:
+    """A chain file: `agent` behind `proxies` pass-through subprocess proxies, or behind the
+    given layout of subprocess ("sub") and in-process ("plugin") pass-through proxies."""
+    layout = ["sub"] * proxies if isinstance(proxies, int) else proxies
+    blocks = [
+        proxy_block(name=f"pass{i + 1}")
+        if kind == "sub"
+        else plugin_block(WATCHER, "inprocess", f"watch{i + 1}")
+        for i, kind in enumerate(layout)
+    ]
+    blocks.append(f'[agent]\nname = "{agent_name}"\ncommand = {toml_list(list(agent))}\n')
+    path = folder / name
+    path.write_text("\n".join(blocks))
+    return path
+
+
+def conductor_command(chain: Path) -> list[str]:
+    """`conductor run CHAIN` as an argument list."""
+    return [PY, "-m", "conductor", "run", str(chain)]

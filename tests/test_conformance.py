@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conformance import PROBES, run_probes
-from conftest import PY, ROOT, proxy_block, toml_list
+from conftest import PY, ROOT, chain_around, conductor_command
 from test_ts_interop import TS_AGENT, node
 
 SDK_ECHO_AGENT = ROOT / "tests" / "peers" / "sdk_echo_agent.py"
@@ -89,14 +89,6 @@ def expected_through_conductor(direct: dict[str, str]) -> dict[str, str]:
     return expected
 
 
-def write_chain(folder: Path, agent: list[str], proxies: int) -> Path:
-    blocks = [proxy_block(name=f"pass{i + 1}") for i in range(proxies)]
-    blocks.append(f'[agent]\nname = "agent"\ncommand = {toml_list(agent)}\n')
-    path = folder / f"chain{proxies}.toml"
-    path.write_text("\n".join(blocks))
-    return path
-
-
 def table(runs: dict[str, dict[str, str]]) -> str:
     labels = list(runs)
     lines = [" | ".join(["probe".ljust(26), *labels])]
@@ -114,9 +106,9 @@ def test_conductor_keeps_verdicts(agent: str, tmp_path: Path) -> None:
         argv = [node(), *argv[1:]]
     runs = {
         "direct": (argv, None),
-        "0 proxies": ([PY, "-m", "conductor", "run", str(write_chain(tmp_path, argv, 0))], None),
+        "0 proxies": (conductor_command(chain_around(tmp_path, argv, 0, "chain0.toml")), None),
         "2 proxies": (
-            [PY, "-m", "conductor", "run", str(write_chain(tmp_path, argv, 2))],
+            conductor_command(chain_around(tmp_path, argv, 2, "chain2.toml")),
             THROUGH_PROXIES,
         ),
     }

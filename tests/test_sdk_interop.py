@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, TIMEOUT, Peer, prompt_params, proxy_block, start_session, toml_list
+from conftest import (
+    PY,
+    ROOT,
+    TIMEOUT,
+    Peer,
+    chain_around,
+    conductor_command,
+    prompt_params,
+    start_session,
+)
 
 PEERS = ROOT / "tests" / "peers"
 SDK_CLIENT = PEERS / "sdk_client.py"
@@ -56,15 +65,7 @@ sys.exit(returncode if returncode >= 0 else 128 - returncode)
 
 
 def write_chain(folder: Path, agent: str, proxies: int, name: str = "chain.toml") -> Path:
-    blocks = [proxy_block(name=f"pass{i + 1}") for i in range(proxies)]
-    blocks.append(f'[agent]\nname = "{agent}"\ncommand = {toml_list(list(AGENTS[agent]))}\n')
-    path = folder / name
-    path.write_text("\n".join(blocks))
-    return path
-
-
-def conductor_command(chain: Path) -> list[str]:
-    return [PY, "-m", "conductor", "run", str(chain)]
+    return chain_around(folder, list(AGENTS[agent]), proxies, name, agent_name=agent)
 
 
 class Run:
@@ -161,8 +162,7 @@ def test_sdk_client_through_two_proxies_to_sdk_agent(
 
 def test_chain_naming_the_venv_interpreter_runs_the_sdk_agent(tmp_path: Path) -> None:
     """A chain spelling out a venv's interpreter (a symlink) must run in that venv."""
-    chain = tmp_path / "chain.toml"
-    chain.write_text(f"[agent]\ncommand = {toml_list([PY, SDK_ECHO_AGENT])}\n")
+    chain = chain_around(tmp_path, [PY, str(SDK_ECHO_AGENT)])
     run = run_client(conductor_command(chain), "--prompt", "from the venv")
     assert run.returncode == 0, run.describe()
     assert texts(run.events) == ["Echo: ", "from the venv"]

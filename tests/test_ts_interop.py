@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, plugin_block, proxy_block, toml_list
+from conftest import PY, ROOT, chain_around, conductor_command
 
 INTEROP = ROOT / "tests" / "interop"
 TS_CLIENT = INTEROP / "ts_client.mjs"
@@ -80,7 +80,6 @@ def agent_command(agent: str, version: int) -> list[str]:
     return [PY, "-m", "conductor.demo_agent"]
 
 
-WATCHER = "tests.fixtures.plugins:Watcher"  # an in-process plugin that sees every message
 LAYOUTS = {
     "0 proxies": [],
     "1 proxy": ["sub"],
@@ -88,26 +87,6 @@ LAYOUTS = {
     "3 in-process": ["plugin", "plugin", "plugin"],
     "mixed": ["plugin", "sub", "plugin"],
 }
-
-
-def write_chain(folder: Path, agent: list[str], proxies: int | list[str], name: str) -> Path:
-    """A chain with `proxies` pass-through subprocess proxies, or the given layout of
-    subprocess ("sub") and in-process ("plugin") proxies."""
-    layout = ["sub"] * proxies if isinstance(proxies, int) else proxies
-    blocks = [
-        proxy_block(name=f"pass{i + 1}")
-        if kind == "sub"
-        else plugin_block(WATCHER, "inprocess", f"watch{i + 1}")
-        for i, kind in enumerate(layout)
-    ]
-    blocks.append(f'[agent]\nname = "agent"\ncommand = {toml_list(list(agent))}\n')
-    path = folder / name
-    path.write_text("\n".join(blocks))
-    return path
-
-
-def conductor_command(chain: Path) -> list[str]:
-    return [PY, "-m", "conductor", "run", str(chain)]
 
 
 class Run:
@@ -221,7 +200,7 @@ def test_ts_client_transcripts_identical_direct_and_through_conductor(
     expected = normalize_session_ids(direct.events)
 
     chains = {
-        label: write_chain(tmp_path, command, layout, f"chain{i}.toml")
+        label: chain_around(tmp_path, command, layout, f"chain{i}.toml")
         for i, (label, layout) in enumerate(LAYOUTS.items())
     }
     with ThreadPoolExecutor(len(chains)) as pool:
@@ -242,7 +221,7 @@ def test_ts_client_transcripts_identical_direct_and_through_conductor(
 
 
 def test_python_sdk_client_through_two_proxies_to_ts_agent(tmp_path: Path) -> None:
-    chain = write_chain(tmp_path, agent_command("ts", 1), 2, "chain.toml")
+    chain = chain_around(tmp_path, agent_command("ts", 1), 2, "chain.toml")
     argv = [PY, str(SDK_CLIENT), "--timeout", str(CLIENT_TIMEOUT), "--permission", "allow"]
     result = run(
         "python sdk client", [*argv, *prompt_args(PROMPTS), "--", *conductor_command(chain)]
@@ -281,7 +260,7 @@ def test_ts_client_with_zed_example_agent_direct_and_through_conductor(tmp_path:
     (about 5 s a turn): one prompt, and the direct run alongside the chains."""
     command = zed_example_agent()
     chains = {
-        label: write_chain(tmp_path, command, proxies, f"chain{proxies}.toml")
+        label: chain_around(tmp_path, command, proxies, f"chain{proxies}.toml")
         for label, proxies in [("0 proxies", 0), ("3 proxies", 3)]
     }
     commands = {"direct": command, **{k: conductor_command(v) for k, v in chains.items()}}
@@ -341,7 +320,7 @@ def test_python_sdk_client_transcripts_identical_across_layouts(tmp_path: Path, 
     assert [e["event"] for e in direct.events].count("prompt_response") == 2, direct.describe()
     expected = normalize_session_ids(direct.events)
     chains = {
-        label: write_chain(tmp_path, command, layout, f"py{i}.toml")
+        label: chain_around(tmp_path, command, layout, f"py{i}.toml")
         for i, (label, layout) in enumerate(LAYOUTS.items())
     }
     with ThreadPoolExecutor(len(chains)) as pool:
