@@ -287,3 +287,15 @@ def chain_around(
 def conductor_command(chain: Path) -> list[str]:
     """`conductor run CHAIN` as an argument list."""
     return [PY, "-m", "conductor", "run", str(chain)]
+
+
+# An SDK client's transcript for an echo agent: a plain prompt, then one that asks permission.
+ECHO_WITH_PERMISSION_EVENTS = [
+    "initialize",
+    "session_new",
+    *["update"] * 2,
+    "prompt_response",
+    "permission",
+    *["update"] * 3,
+    "prompt_response",
+]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import (
+    ECHO_WITH_PERMISSION_EVENTS,
     PY,
     ROOT,
     TIMEOUT,
@@ -131,15 +132,7 @@ def test_sdk_client_through_two_proxies_to_sdk_agent(
     )
     assert run.returncode == 0, run.describe()
     kinds = [e["event"] for e in run.events]
-    assert kinds == [
-        "initialize",
-        "session_new",
-        *["update"] * 2,
-        "prompt_response",
-        "permission",
-        *["update"] * 3,
-        "prompt_response",
-    ], run.describe()
+    assert kinds == ECHO_WITH_PERMISSION_EVENTS, run.describe()
     init = run.events[0]["result"]
     assert init["protocolVersion"] == 1
     assert init["agentInfo"]["name"] == "sdk-echo-agent"

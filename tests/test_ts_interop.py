@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, chain_around, conductor_command
+from conftest import ECHO_WITH_PERMISSION_EVENTS, PY, ROOT, chain_around, conductor_command
 
 INTEROP = ROOT / "tests" / "interop"
 TS_CLIENT = INTEROP / "ts_client.mjs"
@@ -228,15 +228,7 @@ def test_python_sdk_client_through_two_proxies_to_ts_agent(tmp_path: Path) -> No
     )
     assert result.returncode == 0, result.describe()
     kinds = [e["event"] for e in result.events]
-    assert kinds == [
-        "initialize",
-        "session_new",
-        *["update"] * 2,
-        "prompt_response",
-        "permission",
-        *["update"] * 3,
-        "prompt_response",
-    ], result.describe()
+    assert kinds == ECHO_WITH_PERMISSION_EVENTS, result.describe()
     assert result.events[0]["result"]["agentInfo"]["name"] == "ts-echo-agent"
     session_id = result.events[1]["result"]["sessionId"]
     assert all(e["params"]["sessionId"] == session_id for e in result.events if "params" in e)
