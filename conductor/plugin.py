@@ -11,7 +11,8 @@ request and notification that has no hook of its own. Whatever has no hook
 passes through unchanged. Inside a hook, the `Call` can be modified in place,
 forwarded and its reply awaited, answered locally, or dropped; `call.ctx`
 sends the proxy's own requests and notifications to either side and keeps
-per-session state.
+per-session state. Methods marked `@tool` are offered to the agent as MCP
+tools (see `mcp_tools`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .mcp_tools import ToolCall, ToolError, ToolResult, tool
+
 if TYPE_CHECKING:
     from .plugin_host import PluginHost
 
@@ -35,8 +38,12 @@ __all__ = [
     "PluginError",
     "ProxyRequestError",
     "Reply",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
     "hook_name",
     "load_factory",
+    "tool",
 ]
 
 EDITOR = "editor"  # the side toward the editor (upstream)

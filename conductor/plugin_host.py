@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import orjson
 import trio
 
+from .mcp_tools import SETUP_METHODS, McpToolServer
 from .plugin import AGENT, EDITOR, TOWARD_AGENT, TOWARD_EDITOR, Call, Context, Reply, hook_name
 from .wire import make_message
 
@@ -86,8 +87,12 @@ class PluginHost:
             or any(self._unknown_direction(h) for h in self._hooks)
         )
         self._by_method: dict[str, Hook | None] = {}
+        # MCP tools (`@tool` methods): declared in session setups, served on mcp/message.
+        self.mcp = McpToolServer.for_plugin(self)
+        if self.mcp is not None:
+            self.hooks_toward_editor = self.hooks_toward_agent = True
         # No hooks at all: the router lets everything pass without a visit.
-        self.inert = not self._hooks and self._catch_all is None
+        self.inert = not self._hooks and self._catch_all is None and self.mcp is None
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._forwarded: dict[tuple[str, Any], int] = {}
@@ -117,7 +122,12 @@ class PluginHost:
     def hook_for(self, method: str) -> Hook | None:
         hook = self._by_method.get(method, _UNKNOWN)
         if hook is _UNKNOWN:
-            hook = self._by_method[method] = self._hooks.get(hook_name(method)) or self._catch_all
+            hook = self._hooks.get(hook_name(method)) or self._catch_all
+            if self.mcp is not None and method in SETUP_METHODS:
+                hook = self.mcp.setup_hook(hook)
+            elif self.mcp is not None and method == "mcp/message":
+                hook = self.mcp.message_hook(hook)
+            self._by_method[method] = hook
         return hook  # type: ignore[return-value]
 
     def wants(self, method: str) -> bool:
@@ -255,8 +265,8 @@ class PluginHost:
         finally:
             call._finished.set()
 
-    def _hook_failed(self, hook: Hook, call: Call, exc: Exception) -> None:
-        where = getattr(hook, "__name__", "hook")
+    def report_failure(self, where: str, exc: Exception) -> None:
+        """Log a plugin's exception with its traceback (stderr, never the wire)."""
         log.error(
             "proxy %r: %s raised %s: %s\n%s",
             self.name,
@@ -265,6 +275,10 @@ class PluginHost:
             exc,
             traceback.format_exc(),
         )
+
+    def _hook_failed(self, hook: Hook, call: Call, exc: Exception) -> None:
+        where = getattr(hook, "__name__", "hook")
+        self.report_failure(where, exc)
         if call.is_request:
             if not call.answered:
                 call.answered = True
@@ -323,6 +337,16 @@ class PluginHost:
         call.answered = True
         self._decide(call)
         self._send_response(call.source, call.id, payload, None)
+
+    def release(self, call: Call) -> None:
+        """Let the traffic behind `call` go on although it is not answered yet."""
+        self._decide(call)
+
+    def cancel_call(self, call: Call) -> None:
+        """Cancel the hook serving `call` (it is answered -32800)."""
+        scope = self._active.get((call.source, call.id))
+        if scope is not None:
+            scope.cancel()
 
     @staticmethod
     def _decide(call: Call) -> None:

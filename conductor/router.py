@@ -694,10 +694,19 @@ class Router:
             )
         if target.host is not None:
             target.host.receive(side, make_message(None, CANCEL, {"requestId": our_id}))
-        else:
+            return
+        params_raw = b'{"requestId":%d}' % our_id
+        upward = side == AGENT
+        if (upward and target.is_proxy) or (
+            not upward and self.proxy_mode and target is self.nodes[self.last]
+        ):
+            # Like every message from a proxy's successor side, the cancel comes wrapped.
+            wrapper = target.wrapper_for(False)
             target.send(
-                b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":%d}}' % our_id
+                wire.envelope(None, wrapper, b'"' + CANCEL.encode() + b'"', params_raw)[:-1]
             )
+        else:
+            target.send(wire.request(None, b'"$/cancel_request"', params_raw)[:-1])
 
     # ------------------------------------------------------- in-process plugins
 
