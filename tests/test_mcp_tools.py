@@ -9,10 +9,12 @@ tests/test_mcp_polyfill.py and tests/test_mcp_interop.py.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from conftest import plugin_block, prompt_params, script_agent_block, start_session
+
+from conductor.mcp_schema import input_schema
 
 MODES = ["inprocess", "subprocess"]
 
@@ -201,10 +203,6 @@ def test_unknown_server_is_an_outer_error(toolbox):
 
 
 def test_input_schema_from_signatures():
-    from typing import Literal
-
-    from conductor.mcp_schema import input_schema
-
     async def search(
         self,
         query: str,
