@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import itertools
 import re
+import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -226,6 +228,8 @@ class Context:
         self.name = name
         self.protocol_version: int | None = None
         self._sessions: dict[str | None, dict[str, Any]] = {}
+        self._mcp_ids = itertools.count(1)
+        self._mcp_salt = secrets.token_hex(4)
 
     def session(self, session_id: str | None) -> dict[str, Any]:
         """Per-session state: a dict that lives as long as the chain."""
@@ -246,6 +250,49 @@ class Context:
 
     def notify(self, to: str, method: str, params: Any = None) -> None:
         self._host.own_notification(to, method, params)
+
+    def start_soon(self, task: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a background task (a listener, a poller) for as long as the chain runs."""
+        self._host.start_soon(task, *args)
+
+    async def mcp_request(
+        self,
+        server_id: str,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
+        on_notification: Callable[[dict[str, Any]], None] | None = None,
+        to: str = EDITOR,
+    ) -> dict[str, Any]:
+        """Call an MCP-over-ACP server as a consumer: one `mcp/message` request.
+
+        Returns the inner outcome, `{"result": ...}` or `{"error": ...}`; raises
+        `ProxyRequestError` for an outer (binding) error. The provider's
+        notifications for this request reach `on_notification` (inner method and
+        params) in order, before the outcome. Cancelling the awaiting task sends
+        `$/cancel_request`.
+        """
+        request_id = request_id or f"{self.name}:{next(self._mcp_ids)}:{self._mcp_salt}"
+        envelope: dict[str, Any] = {
+            "serverId": server_id,
+            "requestId": request_id,
+            "method": method,
+        }
+        if params is not None:
+            envelope["params"] = params
+        key = (server_id, request_id)
+        if on_notification is not None:
+            self._host.mcp_listeners[key] = on_notification
+        try:
+            outcome = await self.request(to, "mcp/message", envelope)
+        finally:
+            self._host.mcp_listeners.pop(key, None)
+        if not isinstance(outcome, dict) or not ("result" in outcome or "error" in outcome):
+            raise ProxyRequestError(
+                {"code": -32603, "message": f"malformed mcp/message outcome: {outcome!r}"}
+            )
+        return outcome
 
     def notify_agent(self, method: str, params: Any = None) -> None:
         self.notify(AGENT, method, params)

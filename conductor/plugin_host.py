@@ -105,6 +105,8 @@ class PluginHost:
         self._room = trio.Event()
         self._room.set()
         self._nursery: trio.Nursery | None = None
+        # (serverId, requestId) of the plugin's own open mcp/message requests -> listener
+        self.mcp_listeners: dict[tuple[Any, Any], Callable[[dict[str, Any]], None]] = {}
 
     @property
     def congested(self) -> bool:
@@ -152,6 +154,15 @@ class PluginHost:
         if method == CANCEL:
             self._on_cancel(source, message.get("params"))
             return
+        if method == "mcp/message" and "id" not in message and self.mcp_listeners:
+            params = message.get("params")
+            if isinstance(params, dict):
+                listener = self.mcp_listeners.get((params.get("serverId"), params.get("requestId")))
+                if listener is not None:
+                    # A provider's notification for the plugin's own open MCP request: it
+                    # must reach the plugin before the reply does, which bypasses the queue.
+                    listener(params)
+                    return
         if method is None:
             pending = self._pending.get(message.get("id"))  # type: ignore[arg-type]
             if pending is not None and pending.origin is None:
@@ -367,6 +378,11 @@ class PluginHost:
             if self._pending.pop(our_id, None) is not None:
                 self.transport.send(to, make_message(None, CANCEL, {"requestId": our_id}), None)
             raise
+
+    def start_soon(self, task: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        if self._nursery is None:
+            raise RuntimeError("background tasks can start once the proxy runs (on_start or later)")
+        self._nursery.start_soon(task, *args)
 
     def own_notification(self, to: str, method: str, params: Any) -> None:
         self.transport.send(to, make_message(None, method, params), None)

@@ -549,18 +549,21 @@ class Router:
             return
         sender = node + 1 if upward else node - 1
         params = msg.obj.get("params") if inner is None else inner.params
+        addressed = False  # routed to a node by name: no plugin on the way may be skipped past it
         if method == MCP_MESSAGE and type(params) is dict:
             provider = self._mcp_provider(source, sender, raw_id, key, params, batch)
             if provider is None:
                 return
-            node, upward = provider, provider < sender
+            node, upward, addressed = provider, provider < sender, True
         elif method in SESSION_SETUP and type(params) is dict:
             self._learn_mcp_servers(sender, params)
         side = AGENT if upward else EDITOR  # where it comes from, seen from the target
         target = self.nodes[node]
         host = target.host
-        while host is not None and (
-            host.inert or self._transparent(host, method, side, raw_id is not None)
+        while (
+            host is not None
+            and not addressed
+            and (host.inert or self._transparent(host, method, side, raw_id is not None))
         ):
             node += -1 if upward else 1
             target = self.nodes[node]
