@@ -53,7 +53,7 @@ def _agent_mcp(result: dict[str, Any], version: int) -> dict[str, Any]:
     result["agentCapabilities"] = capabilities
     mcp = capabilities.get("mcpCapabilities") or {}
     capabilities["mcpCapabilities"] = mcp
-    return mcp  # type: ignore[no-any-return]
+    return mcp
 
 
 def _supported(mcp: dict[str, Any], kind: str, version: int) -> bool:
