@@ -207,34 +207,29 @@ class McpOverAcpProxy:
                 log.warning("mcp_over_acp: a bridge connected with a wrong credential (closed)")
                 return
             gateway, client = self.gateways[endpoint.key], Client()
-            send_lock = trio.Lock()
-
-            async def write(message: dict[str, Any]) -> None:
-                async with send_lock:
-                    await stream.send_all(orjson.dumps(message) + b"\n")
-
-            notes_in, notes_out = trio.open_memory_channel[dict[str, Any]](math.inf)
+            # One outgoing queue, so a request's notifications stay ahead of its answer.
+            out_in, out = trio.open_memory_channel[dict[str, Any]](math.inf)
 
             async def one(message: dict[str, Any]) -> None:
-                answer = await gateway.handle(message, client, notes_in.send_nowait)
+                answer = await gateway.handle(message, client, out_in.send_nowait)
                 if answer is not None:
-                    await write(answer)
+                    out_in.send_nowait(answer)
 
-            async def forward_notes() -> None:
-                async for note in notes_out:
-                    await write(note)
+            async def write_out() -> None:
+                async for message in out:
+                    await stream.send_all(orjson.dumps(message) + b"\n")
 
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(forward_notes)
+                    nursery.start_soon(write_out)
                     async with trio.open_nursery() as requests:
                         while (line := await lines.next()) is not None:
                             message = _parse_line(line)
                             if isinstance(message, dict) and "method" in message:
                                 requests.start_soon(one, message)
                             elif message is not None:
-                                await write(message)  # an error answer for a bad line
-                    notes_in.close()
+                                out_in.send_nowait(message)  # an error answer for a bad line
+                    out_in.close()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
 

@@ -39,6 +39,8 @@ def _mcp(peer, session: str, request_id: int, **spec: Any) -> tuple[list[Any], l
     assert response["result"]["stopReason"] == "end_turn", response
     answers, notes = [], []
     for update in updates:
+        if update.get("method") != "session/update":
+            continue
         text = update["params"]["update"]["content"]["text"]
         if text.startswith("mcp answer: "):
             answers.append(json.loads(text[len("mcp answer: ") :]))
@@ -98,7 +100,7 @@ def test_discover_list_and_ping_are_complete_2026_results(toolbox):
         "private",
     )
     tools = {t["name"]: t for t in listed["tools"]}
-    assert list(tools) == ["echo", "add", "whoami", "slow", "boom", "refuse"]
+    assert list(tools) == ["echo", "add", "whoami", "countdown", "slow", "boom", "refuse"]
     assert tools["add"] == {
         "name": "add",
         "description": "Add two integers.",
