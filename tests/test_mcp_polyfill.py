@@ -87,7 +87,7 @@ STEPS = [
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy", "auto"])
 def test_real_mcp_client_reaches_plugin_tools(polyfilled, transport, mode):
     flags = ["--mcp-http"] if transport == "http" else []
-    peer, record, init, _ = polyfilled(*flags)
+    _peer, record, init, _ = polyfilled(*flags)
     assert init["agentCapabilities"]["mcpCapabilities"]["acp"] is True  # advertised upstream
     [declared] = declarations(record)
     assert declared["name"] == "toolbox"
@@ -123,11 +123,11 @@ def test_client_cancel_reaches_the_tool(polyfilled, tmp_path, transport):
 
 
 def test_v2_agent_gets_typed_stdio_and_editor_sees_v2_capability(polyfilled):
-    peer, record, init, _ = polyfilled(version=2)
+    _peer, record, init, _ = polyfilled(version=2)
     assert init["capabilities"]["session"]["mcp"]["acp"] == {}
     [declared] = declarations(record)
     assert declared["type"] == "stdio"
-    [negotiated, echo] = run_client("auto", declared, [["call", "echo", {"text": "v2"}]])
+    [_negotiated, echo] = run_client("auto", declared, [["call", "echo", {"text": "v2"}]])
     assert echo["call"]["text"] == ["v2"]
 
 
@@ -200,7 +200,7 @@ def _headers(token: str, method: str, **extra: str) -> dict[str, str]:
 
 
 def test_http_endpoint_refuses_what_it_must(polyfilled):
-    peer, record, _, _ = polyfilled("--mcp-http", max_body_bytes=2000)
+    _peer, record, _, _ = polyfilled("--mcp-http", max_body_bytes=2000)
     [declared] = declarations(record)
     url, token = declared["url"], declared["headers"][0]["value"]
     ok = _post(url, _modern("tools/list"), _headers(token, "tools/list"))
@@ -262,7 +262,7 @@ def test_http_endpoint_limits_requests_in_flight(polyfilled):
 
 
 def test_bridge_with_a_wrong_token_is_closed(polyfilled):
-    peer, record, _, _ = polyfilled()
+    _peer, record, _, _ = polyfilled()
     [declared] = declarations(record)
     address = next(e["value"] for e in declared["env"] if e["name"] == "ACP_CONDUCTOR_MCP_ADDRESS")
     host, port = address.rsplit(":", 1)
