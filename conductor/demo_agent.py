@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Protocol
 import orjson
 
 from conductor import __version__
+from conductor.demo_mcp import McpError, StdioMcpClient, call_tool
 
 JsonObj = dict[str, Any]
 RequestId = int | str | None
@@ -33,6 +34,8 @@ NotificationHandler = Callable[[Any], None]
 DEFAULT_NAME = "conductor-demo-agent"
 SUPPORTED_VERSIONS = [1, 2]
 SLOW_DELAY = 0.2
+TOOL_POLL = 0.02  # how often the loop looks for a finished tool call while one runs
+TOOL_PREFIX = "use tool "
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -151,6 +154,8 @@ class Session:
     cwd: str
     active: bool = True
     history: list[JsonObj] = field(default_factory=list)
+    mcp_servers: list[JsonObj] = field(default_factory=list)  # stdio declarations
+    mcp_clients: list[StdioMcpClient] | None = None  # started on the first tool use
 
 
 @dataclass
@@ -168,6 +173,7 @@ class Turn:
     due: float = 0.0
     tool_call_id: str = ""
     permission_id: int | None = None
+    tool_running: bool = False  # waiting for an MCP tool call (on a worker thread)
 
 
 def prompt_text(blocks: list[Any]) -> str:
@@ -213,6 +219,7 @@ class DemoAgent:
         self.sessions: dict[str, Session] = {}
         self.turns: dict[str, Turn] = {}  # by session id: one foreground prompt per session
         self.permissions: dict[int, Turn] = {}  # by the id of our session/request_permission
+        self.tool_results: queue.Queue[tuple[Turn, str, bool]] = queue.Queue()
         self.counter = 0  # message and tool call ids
         self.next_request_id = 0
         self.requests: dict[str, RequestHandler] = {
@@ -362,9 +369,15 @@ class DemoAgent:
         return {"params": params}
 
     def new_session(self, req_id: RequestId, params: Any) -> JsonObj:
-        cwd = object_params(params).get("cwd")
+        p = object_params(params)
+        cwd = p.get("cwd")
         session_id = f"sess-{len(self.sessions) + 1}"
-        self.sessions[session_id] = Session(session_id, cwd if isinstance(cwd, str) else "/")
+        session = Session(session_id, cwd if isinstance(cwd, str) else "/")
+        servers = p.get("mcpServers")
+        session.mcp_servers = [
+            s for s in servers or [] if isinstance(s, dict) and isinstance(s.get("command"), str)
+        ]
+        self.sessions[session_id] = session
         return {"sessionId": session_id}
 
     def find_session(self, session_id: Any) -> Session:
@@ -442,7 +455,9 @@ class DemoAgent:
             if self.version == 2:
                 thought["messageId"] = self.new_id("msg")
             self.send_update(session.session_id, thought)
-        if "permission" in lowered:
+        if text.startswith(TOOL_PREFIX):
+            self.use_tool(turn, text[len(TOOL_PREFIX) :])
+        elif "permission" in lowered:
             self.ask_permission(turn)
         else:
             self.start_reply(turn, "")
@@ -499,10 +514,68 @@ class DemoAgent:
         self.send_update(turn.session.session_id, update)
         self.start_reply(turn, "Permission granted. " if granted else "Permission denied. ")
 
-    def start_reply(self, turn: Turn, prefix: str) -> None:
+    # -- MCP tools ----------------------------------------------------------------------------
+
+    def use_tool(self, turn: Turn, request: str) -> None:
+        """`use tool NAME {json arguments}`: call it through our MCP client, then reply."""
+        name, _, raw_arguments = request.strip().partition(" ")
+        try:
+            arguments = orjson.loads(raw_arguments) if raw_arguments.strip() else {}
+        except orjson.JSONDecodeError:
+            arguments = None
+        if not name or not isinstance(arguments, dict):
+            self.start_reply(turn, "", 'Say: use tool NAME {"json": "arguments"}.')
+            return
+        turn.tool_call_id = self.new_id("call")
+        tool_call = {
+            "toolCallId": turn.tool_call_id,
+            "title": f"MCP tool {name}",
+            "kind": "other",
+            "status": "in_progress",
+            "rawInput": arguments,
+        }
+        kind = "tool_call" if self.version == 1 else "tool_call_update"
+        self.send_update(turn.session.session_id, {"sessionUpdate": kind, **tool_call})
+        turn.tool_running = True
+        worker = threading.Thread(
+            target=self._tool_worker, args=(turn, name, arguments), daemon=True
+        )
+        worker.start()
+
+    def _tool_worker(self, turn: Turn, name: str, arguments: JsonObj) -> None:
+        session = turn.session
+        try:
+            if session.mcp_clients is None:
+                session.mcp_clients = [StdioMcpClient(s) for s in session.mcp_servers]
+            text, failed = call_tool(session.mcp_clients, name, arguments)
+        except McpError as exc:
+            text, failed = str(exc), True
+        self.tool_results.put((turn, text, failed))
+
+    def tool_finished(self, turn: Turn, text: str, failed: bool) -> None:
+        turn.tool_running = False
+        if self.turns.get(turn.session.session_id) is not turn:
+            return  # cancelled meanwhile
+        update = {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": turn.tool_call_id,
+            "status": "failed" if failed else "completed",
+            "content": [{"type": "content", "content": text_block(text)}],
+        }
+        self.send_update(turn.session.session_id, update)
+        verdict = "failed" if failed else "answered"
+        self.start_reply(turn, "", f"The tool {verdict}: {text}")
+
+    def close_mcp_clients(self) -> None:
+        for session in self.sessions.values():
+            for client in session.mcp_clients or []:
+                client.close()
+
+    def start_reply(self, turn: Turn, prefix: str, text: str | None = None) -> None:
         if self.version == 2:
             turn.agent_message_id = self.new_id("msg")
-        turn.chunks = split_text(f"{prefix}You said: {turn.text}", self.chunk_count)
+        reply = f"You said: {turn.text}" if text is None else text
+        turn.chunks = split_text(f"{prefix}{reply}", self.chunk_count)
         turn.due = time.monotonic()
         self.advance(turn, turn.due)
 
@@ -520,17 +593,21 @@ class DemoAgent:
             self.finish(turn, "end_turn")
 
     def advance_all(self) -> None:
+        while not self.tool_results.empty():
+            self.tool_finished(*self.tool_results.get_nowait())
         if not self.turns:
             return
         now = time.monotonic()
         for turn in list(self.turns.values()):
-            if turn.permission_id is None:
+            if turn.permission_id is None and not turn.tool_running:
                 self.advance(turn, now)
 
     def next_timeout(self) -> float | None:
         """Seconds until the next chunk is due, or None when nothing is streaming."""
         if not self.turns:
             return None
+        if any(t.tool_running for t in self.turns.values()):
+            return TOOL_POLL
         dues = [t.due for t in self.turns.values() if t.permission_id is None]
         return max(0.0, min(dues) - time.monotonic()) if dues else None
 
@@ -585,7 +662,7 @@ class DemoAgent:
     def shutdown(self) -> None:
         """Stdin closed: finish streaming turns at once, abandon those awaiting permission."""
         for turn in list(self.turns.values()):
-            if turn.permission_id is not None:
+            if turn.permission_id is not None or turn.tool_running:
                 self.finish(turn, "cancelled")
             else:
                 turn.delay = 0.0
@@ -615,6 +692,7 @@ def serve(agent: DemoAgent, reader: LineReader, record_fd: int | None) -> None:
             agent.handle_line(line)
         agent.advance_all()
     agent.shutdown()
+    agent.close_mcp_clients()
 
 
 def positive_int(value: str) -> int:

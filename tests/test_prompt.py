@@ -119,3 +119,25 @@ def test_more_prompts_with_p_and_repl():
     assert done.returncode == 0, done.stderr
     assert done.stdout == "> You said: one\n> You said: two\n> You said: three\n"
     assert _prompt("chains/demo.toml").returncode == 2
+
+
+@pytest.mark.parametrize("protocol", ["1", "2"])
+def test_mcp_tools_chain_round_trip(protocol):
+    """demo_tools -> polyfill -> demo agent: the agent's stdio MCP client calls the proxy's tool."""
+    done = _prompt(
+        "--protocol",
+        protocol,
+        "chains/mcp-tools.toml",
+        'use tool echo {"text":"hi"}',
+        "-p",
+        'use tool word_count {"text":"one two three"}',
+        "-p",
+        "use tool missing {}",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "The tool answered: hi",
+        'The tool answered: {"words":3,"characters":13,"calls":1}',
+        "The tool failed: no MCP server offers a tool named 'missing' (offered: ['echo', 'word_count'])",
+    ]
+    assert done.stderr.count("completed") == 2 and "failed" in done.stderr
