@@ -299,3 +299,54 @@ ECHO_WITH_PERMISSION_EVENTS = [
     *["update"] * 3,
     "prompt_response",
 ]
+
+
+# ------------------------------------------------------------------ MCP over ACP
+
+MCP_PY_CLIENT = ROOT / "tests" / "peers" / "mcp_py_client.py"
+TOOLBOX = plugin_block("tests.fixtures.plugins:Toolbox", "inprocess", "tools")
+
+
+def polyfill_block(**options: Any) -> str:
+    """The MCP-over-ACP polyfill, in-process."""
+    return plugin_block("mcp_over_acp", "inprocess", "polyfill", **options)
+
+
+@pytest.fixture
+def polyfilled(make_chain, conductor, tmp_path):
+    """Start Toolbox -> polyfill -> script agent; return (peer, agent record, init result, session)."""
+
+    def start(*agent_flags: str, version: int = 1, **options: Any):
+        record = tmp_path / "agent.jsonl"
+        chain = make_chain(
+            TOOLBOX
+            + polyfill_block(**options)
+            + script_agent_block("--record", str(record), *agent_flags, name="agent")
+        )
+        peer = conductor(chain)
+        peer.request(0, "initialize", init_params(version))
+        _, init = peer.response(0)
+        peer.request(1, "session/new", {"cwd": "/tmp", "mcpServers": []})
+        _, new = peer.response(1)
+        assert "result" in new, new
+        return peer, record, init["result"], new["result"]["sessionId"]
+
+    return start
+
+
+def declarations(record: Path) -> list[dict[str, Any]]:
+    """The mcpServers of the last session/new an agent recorded."""
+    news = [m for m in read_jsonl(record) if m.get("method") == "session/new"]
+    return news[-1]["params"]["mcpServers"]
+
+
+def run_mcp_client(mode: str, declaration: dict[str, Any], steps: list[Any]) -> list[Any]:
+    """The official Python MCP client against a declaration, one output line per step."""
+    done = subprocess.run(
+        [sys.executable, str(MCP_PY_CLIENT), mode, json.dumps(declaration), json.dumps(steps)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]

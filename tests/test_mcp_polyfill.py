@@ -19,60 +19,13 @@ from urllib.parse import urlsplit
 
 import pytest
 from conftest import (
-    ROOT,
     agent_text,
-    init_params,
-    plugin_block,
-    read_jsonl,
+    declarations,
+    polyfill_block,
+    run_mcp_client,
     script_agent_block,
     start_session,
 )
-
-CLIENT = ROOT / "tests" / "peers" / "mcp_py_client.py"
-TOOLBOX = plugin_block("tests.fixtures.plugins:Toolbox", "inprocess", "tools")
-
-
-def polyfill_block(**options: Any) -> str:
-    return plugin_block("mcp_over_acp", "inprocess", "polyfill", **options)
-
-
-@pytest.fixture
-def polyfilled(make_chain, conductor, tmp_path):
-    """Start Toolbox -> polyfill -> script agent (agent flags given); return (peer, record)."""
-
-    def start(*agent_flags: str, version: int = 1, **options: Any):
-        record = tmp_path / "agent.jsonl"
-        chain = make_chain(
-            TOOLBOX
-            + polyfill_block(**options)
-            + script_agent_block("--record", str(record), *agent_flags, name="agent")
-        )
-        peer = conductor(chain)
-        peer.request(0, "initialize", init_params(version))
-        _, init = peer.response(0)
-        peer.request(1, "session/new", {"cwd": "/tmp", "mcpServers": []})
-        _, new = peer.response(1)
-        assert "result" in new, new
-        return peer, record, init["result"], new["result"]["sessionId"]
-
-    return start
-
-
-def declarations(record: Path) -> list[dict[str, Any]]:
-    news = [m for m in read_jsonl(record) if m.get("method") == "session/new"]
-    return news[-1]["params"]["mcpServers"]
-
-
-def run_client(mode: str, declaration: dict[str, Any], steps: list[Any]) -> list[Any]:
-    done = subprocess.run(
-        [sys.executable, str(CLIENT), mode, json.dumps(declaration), json.dumps(steps)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
-
 
 STEPS = [
     ["list"],
@@ -99,7 +52,7 @@ def test_real_mcp_client_reaches_plugin_tools(polyfilled, transport, mode):
     else:
         assert "type" not in declared  # v1 stdio declarations are untagged
         assert Path(declared["command"]).is_absolute()
-    negotiated, listed, echo, add, boom, slow = run_client(mode, declared, STEPS)
+    negotiated, listed, echo, add, boom, slow = run_mcp_client(mode, declared, STEPS)
     assert negotiated["negotiated"] == ("2025-11-25" if mode == "legacy" else "2026-07-28")
     assert [t["name"] for t in listed["tools"]][:4] == ["echo", "add", "whoami", "countdown"]
     assert echo["call"] == {"isError": False, "text": ["hi"], "structured": None}
@@ -116,7 +69,7 @@ def test_client_cancel_reaches_the_tool(polyfilled, tmp_path, transport):
     peer, record, _, _ = polyfilled(*flags)
     [declared] = declarations(record)
     mode = "2026-07-28" if transport == "http" else "legacy"  # hang-up vs notifications/cancelled
-    [_, cancelled] = run_client(mode, declared, [["cancel", "slow", {"steps": 1}]])
+    [_, cancelled] = run_mcp_client(mode, declared, [["cancel", "slow", {"steps": 1}]])
     assert cancelled == {"cancelled": True}
     # The tool saw trio cancellation: its cleanup ran.
     peer.read_until(lambda m: m.get("method") == "_test/cancelled", timeout=15)
@@ -127,7 +80,7 @@ def test_v2_agent_gets_typed_stdio_and_editor_sees_v2_capability(polyfilled):
     assert init["capabilities"]["session"]["mcp"]["acp"] == {}
     [declared] = declarations(record)
     assert declared["type"] == "stdio"
-    [_negotiated, echo] = run_client("auto", declared, [["call", "echo", {"text": "v2"}]])
+    [_negotiated, echo] = run_mcp_client("auto", declared, [["call", "echo", {"text": "v2"}]])
     assert echo["call"]["text"] == ["v2"]
 
 
