@@ -21,6 +21,7 @@ import pytest
 from conftest import (
     agent_text,
     declarations,
+    plugin_block,
     polyfill_block,
     run_mcp_client,
     script_agent_block,
@@ -241,3 +242,21 @@ def test_listeners_close_with_the_chain(polyfilled):
     assert peer.wait() == 0
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((parts.hostname, parts.port), timeout=5)
+
+
+def test_polyfill_and_provider_as_subprocess_proxies(make_chain, conductor, tmp_path):
+    """`conductor proxy` runs both plugins standalone; the outer conductor routes between them."""
+    record = tmp_path / "agent.jsonl"
+    chain = make_chain(
+        plugin_block("tests.fixtures.plugins:Toolbox", "subprocess", "tools")
+        + plugin_block("mcp_over_acp", "subprocess", "polyfill")
+        + script_agent_block("--record", str(record), "--mcp-http", name="agent")
+    )
+    peer = conductor(chain)
+    start_session(peer)
+    [declared] = declarations(record)
+    assert declared["type"] == "http"
+    steps = [["call", "echo", {"text": "far"}], ["progress", "countdown", {}]]
+    _, echo, counted = run_mcp_client("2026-07-28", declared, steps)
+    assert echo["call"]["text"] == ["far"]
+    assert counted["progress"] == [[1.0, 2.0, "step 1"], [2.0, 2.0, "step 2"]]
