@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
-from conftest import ROOT, agent_text, demo_agent_block, plugin_block, prompt_params, start_session
+from conftest import (
+    ROOT,
+    agent_text,
+    demo_agent_block,
+    plugin_block,
+    prompt_params,
+    script_agent_block,
+    start_session,
+)
 
 DOC = ROOT / "docs" / "writing-proxies.md"
 EXAMPLES = ROOT / "docs" / "examples"
@@ -14,7 +23,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 def test_every_python_snippet_is_an_example_file():
     snippets = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
     files = {p.name: p.read_text() for p in EXAMPLES.glob("*.py")}
-    assert len(snippets) == len(files) == 4
+    assert len(snippets) == len(files) == 5
     for snippet in snippets:
         assert snippet in files.values(), snippet[:80]
 
@@ -70,3 +79,25 @@ def test_quiet_example_passes_other_updates(make_chain, conductor):
     peer.request(5, "session/prompt", prompt_params(session, "hi"))
     updates, _ = peer.response(5)
     assert agent_text(updates) == "You said: hi"
+
+
+def test_notes_tools_example(make_chain, conductor, tmp_path):
+    """The @tool example, called by a native agent through the conductor."""
+    chain = make_chain(
+        plugin_block("docs.examples.notes_tools:Notes", "inprocess", "notes")
+        + script_agent_block(name="agent")
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+
+    def call(request_id: int, name: str, arguments: dict) -> str:
+        spec = {"method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        peer.request(
+            request_id, "session/prompt", prompt_params(session, "mcpcall " + json.dumps(spec))
+        )
+        updates, _ = peer.response(request_id)
+        return agent_text(updates)
+
+    assert '"text": "nothing noted yet"' in call(5, "recall", {})
+    assert "noted (1 so far)" in call(6, "remember", {"note": "buy milk"})
+    assert '\\"buy milk\\"' in call(7, "recall", {"last": 1})
