@@ -12,7 +12,7 @@ import json
 from typing import Any, Literal
 
 import pytest
-from conftest import plugin_block, prompt_params, script_agent_block, start_session
+from conftest import plugin_block, prompt_params, read_jsonl, script_agent_block, start_session
 
 from conductor.mcp_schema import input_schema
 
@@ -100,7 +100,7 @@ def test_discover_list_and_ping_are_complete_2026_results(toolbox):
         "private",
     )
     tools = {t["name"]: t for t in listed["tools"]}
-    assert list(tools) == ["echo", "add", "whoami", "countdown", "slow", "boom", "refuse"]
+    assert list(tools) == ["echo", "add", "whoami", "countdown", "slow", "boom", "die", "refuse"]
     assert tools["add"] == {
         "name": "add",
         "description": "Add two integers.",
@@ -229,3 +229,21 @@ def test_input_schema_from_signatures():
         },
         "required": ["query"],
     }
+
+
+def test_a_provider_that_dies_fails_its_open_requests(make_chain, conductor, tmp_path):
+    record = tmp_path / "agent.jsonl"
+    chain = make_chain(
+        plugin_block("tests.fixtures.plugins:Toolbox", "subprocess", "tools")
+        + script_agent_block("--record", str(record), name="agent")
+    )
+    peer = conductor(chain)
+    session = start_session(peer)
+    spec = {"method": "tools/call", "params": {"name": "die", "arguments": {}}}
+    peer.request(10, "session/prompt", prompt_params(session, "mcpcall " + json.dumps(spec)))
+    _, response = peer.response(10)
+    assert "tools" in response["error"]["message"]
+    assert peer.wait() == 1
+    # The agent's mcp/message was answered with the provider's death, not left hanging.
+    answers = [m for m in read_jsonl(record) if m.get("id") == 1000 and "method" not in m]
+    assert answers and "exited with status 3" in answers[0]["error"]["message"], answers
