@@ -43,6 +43,7 @@ STATUS_OF_ERROR = {
 }
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 READ_SIZE = 65536
+MAX_SESSIONS = 256  # handshake-era sessions kept per endpoint
 
 
 @attrs.define
@@ -207,6 +208,9 @@ class HttpServer:
             return message, None, None
         session = headers.get("mcp-session-id")
         if message["method"] == "initialize" and "id" in message:
+            if len(endpoint.sessions) >= MAX_SESSIONS:
+                # Clients rarely end their sessions (DELETE): forget the oldest.
+                del endpoint.sessions[next(iter(endpoint.sessions))]
             new_session = secrets.token_urlsafe(16)
             client = endpoint.sessions[new_session] = Client()
             return message, client, new_session

@@ -22,6 +22,7 @@ import logging
 import math
 import secrets
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,6 @@ from .mcp_http import HttpServer, Limits
 log = logging.getLogger("conductor")
 
 MODES = ("auto", "http", "stdio")
-MAX_LINE = 4 * 1024 * 1024
 
 
 def _agent_mcp(result: dict[str, Any], version: int) -> dict[str, Any]:
@@ -180,10 +180,23 @@ class McpOverAcpProxy:
                 port = await self._serve(self._serve_bridge)
                 self._bridge_address = f"{self._host_for_url(bare=True)}:{port}"
 
-    async def _serve(self, handler: Any) -> int:
+    async def _serve(self, handler: Callable[[trio.SocketStream], Awaitable[None]]) -> int:
+        """Listen on an ephemeral loopback port; each connection is served on its own."""
         assert self.ctx is not None
+
+        async def guarded(stream: trio.SocketStream) -> None:
+            # One client's trouble must never take the listener (or the chain) down.
+            try:
+                await handler(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            except Exception:
+                log.exception("mcp_over_acp: a connection failed")
+            finally:
+                await trio.aclose_forcefully(stream)
+
         listeners = await trio.open_tcp_listeners(0, host=self.bind)
-        self.ctx.start_soon(trio.serve_listeners, handler, listeners)
+        self.ctx.start_soon(trio.serve_listeners, guarded, listeners)
         return int(listeners[0].socket.getsockname()[1])
 
     def _host_for_url(self, bare: bool = False) -> str:
@@ -194,7 +207,7 @@ class McpOverAcpProxy:
 
     async def _serve_bridge(self, stream: trio.SocketStream) -> None:
         """One bridge process: its first line names the credential, then MCP lines flow."""
-        lines = _Lines(stream)
+        lines = _Lines(stream, self.limits.max_body_bytes)
         async with stream:
             try:
                 hello = orjson.loads(await lines.next() or b"{}")
@@ -256,8 +269,9 @@ def _parse_line(line: bytes) -> Any:
 class _Lines:
     """Newline-delimited messages from a stream (None at the end)."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, limit: int) -> None:
         self.stream = stream
+        self.limit = limit
         self.buffer = bytearray()
 
     async def next(self) -> bytes | None:
@@ -269,8 +283,8 @@ class _Lines:
                 if line.strip():
                     return line
                 continue
-            if len(self.buffer) > MAX_LINE:
-                raise trio.BrokenResourceError("a line over the size limit")
+            if len(self.buffer) > self.limit:
+                raise trio.BrokenResourceError("a message over the size limit (max_body_bytes)")
             data = await self.stream.receive_some(65536)
             if not data:
                 return None

@@ -260,3 +260,28 @@ def test_polyfill_and_provider_as_subprocess_proxies(make_chain, conductor, tmp_
     _, echo, counted = run_mcp_client("2026-07-28", declared, steps)
     assert echo["call"]["text"] == ["far"]
     assert counted["progress"] == [[1.0, 2.0, "step 1"], [2.0, 2.0, "step 2"]]
+
+
+def test_bad_clients_do_not_take_the_endpoints_down(polyfilled):
+    _peer, record, _, _ = polyfilled("--mcp-http", max_body_bytes=2000)
+    [declared] = declarations(record)
+    url, token = declared["url"], declared["headers"][0]["value"]
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=15) as sock:
+        sock.sendall(b"\x00\x01 this is not HTTP\r\n\r\n")
+        sock.recv(100)  # an error status or a plain close; either way the server lives on
+    status, _, body = _post(url, _modern("tools/list"), _headers(token, "tools/list"))
+    assert status == 200 and b"echo" in body
+
+
+def test_an_oversized_bridge_line_closes_only_that_bridge(polyfilled):
+    _peer, record, _, _ = polyfilled(max_body_bytes=2000)
+    [declared] = declarations(record)
+    env = {e["name"]: e["value"] for e in declared["env"]}
+    host, port = env["ACP_CONDUCTOR_MCP_ADDRESS"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        hello = json.dumps({"token": env["ACP_CONDUCTOR_MCP_TOKEN"]}).encode()
+        sock.sendall(hello + b"\n" + b"x" * 5000)
+        assert sock.recv(100) == b""
+    [_, echo] = run_mcp_client("legacy", declared, [["call", "echo", {"text": "still here"}]])
+    assert echo["call"]["text"] == ["still here"]
