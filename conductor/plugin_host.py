@@ -426,6 +426,19 @@ class PluginHost:
         elif self.queued[source]:
             self._cancelled.add(key)
 
+    def cancel_from_either_side(self, params: Any) -> None:
+        """A plain `$/cancel_request` over stdio: the conductor sends cancels unwrapped, and the
+        ids it gives us are unique across our two sides, so the request names its side."""
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        for side in (EDITOR, AGENT):
+            key = (side, request_id)
+            if key in self._forwarded or key in self._active:
+                self._on_cancel(side, params)
+                return
+        for side in (EDITOR, AGENT):
+            if self.queued[side]:
+                self._cancelled.add((side, request_id))
+
     def fail_pending(self, error: dict[str, Any]) -> None:
         """The other side is gone: answer every request still waiting on it."""
         for our_id, pending in list(self._pending.items()):

@@ -698,18 +698,11 @@ class Router:
         if target.host is not None:
             target.host.receive(side, make_message(None, CANCEL, {"requestId": our_id}))
             return
-        params_raw = b'{"requestId":%d}' % our_id
-        upward = side == AGENT
-        if (upward and target.is_proxy) or (
-            not upward and self.proxy_mode and target is self.nodes[self.last]
-        ):
-            # Like every message from a proxy's successor side, the cancel comes wrapped.
-            wrapper = target.wrapper_for(False)
-            target.send(
-                wire.envelope(None, wrapper, b'"' + CANCEL.encode() + b'"', params_raw)[:-1]
-            )
-        else:
-            target.send(wire.request(None, b'"$/cancel_request"', params_raw)[:-1])
+        # Plain, whichever side the request came from: cancellation is hop-by-hop, and the
+        # ids the conductor gives a component are unique across both of its sides.
+        target.send(
+            b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":%d}}' % our_id
+        )
 
     # ------------------------------------------------------- in-process plugins
 

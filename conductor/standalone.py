@@ -18,7 +18,7 @@ import trio
 from . import wire
 from .fdio import FdWriter, flush_all, read_lines
 from .plugin import AGENT, EDITOR
-from .plugin_host import PluginHost
+from .plugin_host import CANCEL, PluginHost
 
 log = logging.getLogger("conductor")
 
@@ -118,6 +118,8 @@ class StandaloneProxy:
                 inner["params"] = envelope["params"]
                 raw = msg.raw[spans["params"][0] : spans["params"][1]]
             host.receive(AGENT, inner, raw)
+        elif method == CANCEL:
+            host.cancel_from_either_side(obj.get("params"))
         else:
             has_params = obj.get("params") is not None
             host.receive(EDITOR, obj, msg.raw_member("params") if has_params else None)
