@@ -239,7 +239,7 @@ def toml_value(value: object) -> str:
     return json.dumps(value)
 
 
-def plugin_block(spec: str, mode: str, name: str, **options: object) -> str:
+def plugin_block(spec: str, mode: str, name: str, /, **options: object) -> str:
     """A [[proxy]] running plugin `spec` in-process, or as `conductor proxy` in a subprocess."""
     if mode == "inprocess":
         return f'[[proxy]]\nname = "{name}"\nplugin = "{spec}"\noptions = {toml_value(options)}\n'

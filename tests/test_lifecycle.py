@@ -175,6 +175,10 @@ def test_proxy_mode_wraps_and_unwraps_byte_for_byte(make_chain, conductor, tmp_p
     envelope = json.loads(raw)
     assert envelope["method"] == "proxy/successor", "answered in the dialect our conductor used"
     assert envelope["params"]["method"] == "initialize"
+    deadline = time.monotonic() + 10  # the proxy logs what it sent just after sending it
+    while not sent.exists() or not sent.read_bytes().strip():
+        assert time.monotonic() < deadline, "the proxy never logged its output"
+        time.sleep(0.01)
     proxy_line = sent.read_bytes().splitlines()[0]
     inner = json.dumps(json.loads(proxy_line)["params"]["params"]).encode()
     assert b"\\u00e9" in inner and inner in proxy_line and inner in raw

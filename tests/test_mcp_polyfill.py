@@ -285,3 +285,24 @@ def test_an_oversized_bridge_line_closes_only_that_bridge(polyfilled):
         assert sock.recv(100) == b""
     [_, echo] = run_mcp_client("legacy", declared, [["call", "echo", {"text": "still here"}]])
     assert echo["call"]["text"] == ["still here"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode", "expected"),
+    [((), "http", "http"), (("--mcp-http",), "stdio", "stdio"), (("--mcp-http",), "auto", "http")],
+)
+def test_mode_overrides_what_the_agent_advertises(polyfilled, flags, mode, expected):
+    _peer, record, _, _ = polyfilled(*flags, mode=mode)
+    [declared] = declarations(record)
+    assert ("url" in declared) == (expected == "http")
+    [_, echo] = run_mcp_client("auto", declared, [["call", "echo", {"text": mode}]])
+    assert echo["call"]["text"] == [mode]
+
+
+def test_a_bad_mode_is_a_chain_error(make_chain):
+    chain = make_chain(polyfill_block(mode="carrier-pigeon") + script_agent_block(name="agent"))
+    done = subprocess.run(
+        [sys.executable, "-m", "conductor", "check", str(chain)], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "mode must be one of auto, http, stdio, not 'carrier-pigeon'" in done.stderr
