@@ -79,6 +79,7 @@ class PromptClient:
         self.tty = sys.stderr.isatty()
         self.style = Style(self.tty and not os.environ.get("NO_COLOR"))
         self.connection: ClientConnection | None = None
+        self.tool_titles: dict[str, str] = {}  # updates after the first often omit the title
         self.spinning = False
 
     # ------------------------------------------------------------------ output
@@ -149,7 +150,10 @@ class PromptClient:
         elif kind == "agent_thought_chunk":
             self.note(f"(thinking) {content.get('text', '')}", "2;3")
         elif kind in ("tool_call", "tool_call_update"):
-            title = update.get("title") or update.get("toolCallId", "")
+            call_id = str(update.get("toolCallId", ""))
+            if isinstance(update.get("title"), str):
+                self.tool_titles[call_id] = update["title"]
+            title = self.tool_titles.get(call_id, call_id)
             status = update.get("status") or ""
             self.note(
                 f"[tool] {STATUS_MARK.get(status, '')} {title} {status}".replace(

@@ -140,4 +140,5 @@ def test_mcp_tools_chain_round_trip(protocol):
         'The tool answered: {"words":3,"characters":13,"calls":1}',
         "The tool failed: no MCP server offers a tool named 'missing' (offered: ['echo', 'word_count'])",
     ]
-    assert done.stderr.count("completed") == 2 and "failed" in done.stderr
+    assert "[tool] ✓ MCP tool echo completed" in done.stderr  # titled, though the update is not
+    assert done.stderr.count("completed") == 2 and "MCP tool missing failed" in done.stderr
