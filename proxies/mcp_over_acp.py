@@ -43,9 +43,12 @@ MODES = ("auto", "http", "stdio")
 def _agent_mcp(result: dict[str, Any], version: int) -> dict[str, Any]:
     """The agent's MCP capabilities object (created if missing, so it can be extended)."""
     if version >= 2:
-        capabilities = result.setdefault("capabilities", {})
-        session = capabilities.get("session") or {}
-        capabilities["session"] = session
+        capabilities = result.get("capabilities")
+        session = capabilities.get("session") if isinstance(capabilities, dict) else None
+        if not isinstance(session, dict):
+            # No `session` capability (it would promise the v2 session baseline): nothing
+            # to extend, so what is set here is not advertised.
+            return {}
         mcp = session.get("mcp") or {}
         session["mcp"] = mcp
         return mcp
