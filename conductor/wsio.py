@@ -25,8 +25,8 @@ from .fdio import HIGH_WATER, Writer
 __all__ = [
     "MAX_MESSAGE",
     "CloseReason",
-    "WebSocketConnection",
     "ConnectError",
+    "WebSocketConnection",
     "WsWriter",
     "connection",
     "describe_close",
@@ -176,11 +176,11 @@ class WsWriter:
 
 
 def describe_close(reason: CloseReason | None) -> str:
-    """`code 1011 (internal error): agent 'x' exited` for a log line or an error."""
+    """`code 1011, internal error: agent 'x' exited` for a log line or an error."""
     if reason is None:
         return "connection lost"
     name = CLOSE_NAMES.get(reason.code, reason.name.lower().replace("_", " "))
-    text = f"code {reason.code} ({name})"
+    text = f"code {reason.code}, {name}"
     return f"{text}: {reason.reason}" if reason.reason else text
 
 
