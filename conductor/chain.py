@@ -346,7 +346,7 @@ class _Resolver:
             )
         if role == "agent" and "dialect" in table:
             raise self.fail("[agent]: 'dialect' applies to proxies only", "dialect", section)
-        name = table.get("name") or urllib.parse.urlsplit(url).hostname or role
+        name = table.get("name") or "remote"
         if not isinstance(name, str) or name == "editor":
             raise self.fail(
                 f"{label}: 'name' must be a string other than 'editor'", "name", section

@@ -310,7 +310,7 @@ def check(chain: str) -> None:
 
 
 @cli.command()
-@click.argument("chain", type=click.Path(dir_okay=False))
+@click.argument("chain", required=False, type=click.Path(dir_okay=False))
 @click.argument("text", nargs=-1)
 @click.option(
     "-p", "--prompt", "prompts", multiple=True, help="A prompt to send (repeatable; after TEXT)."
@@ -335,10 +335,22 @@ def check(chain: str) -> None:
     type=click.Path(file_okay=False),
     help="Working folder for the session (default: here).",
 )
+@click.option(
+    "--connect",
+    metavar="URL",
+    help="Talk to a served chain (ws://HOST:PORT/acp or wss://, e.g. `conductor serve`) "
+    "instead of starting CHAIN; then every argument is a prompt.",
+)
+@click.option(
+    "--token",
+    envvar="ACP_CONDUCTOR_TOKEN",
+    show_envvar=True,
+    help="Bearer token for --connect (sent as Authorization: Bearer TOKEN).",
+)
 @click.pass_obj
 def prompt(
     settings: dict[str, Any],
-    chain: str,
+    chain: str | None,
     text: tuple[str, ...],
     permission: str | None,
     protocol: int,
@@ -346,8 +358,13 @@ def prompt(
     prompts: tuple[str, ...],
     repl: bool,
     as_json: bool,
+    connect: str | None,
+    token: str | None,
 ) -> None:
     """Try CHAIN without an editor: send TEXT as a prompt and stream the reply.
+
+    With --connect URL the chain is one served by `conductor serve` (or any ACP
+    WebSocket server) and CHAIN is left out: `prompt --connect URL TEXT...`.
 
     Each TEXT (and each -p) is sent as its own prompt in one session; --repl
     then reads more from stdin. The reply streams to stdout; thoughts, tool
@@ -359,7 +376,15 @@ def prompt(
     """
     from .prompt import PromptOptions, run_prompt
 
-    _load(chain)
+    if connect is not None:
+        if not connect.startswith(("ws://", "wss://")):
+            _fail(f"--connect {connect!r}: expected a ws:// or wss:// URL")
+        text = (chain, *text) if chain is not None else text
+        chain = None
+    elif chain is None:
+        _fail("give a CHAIN file (or --connect URL of a served chain)")
+    else:
+        _load(chain)
     texts = [*text, *prompts]
     if not texts and not repl:
         _fail("give a prompt (TEXT or -p), or --repl to type them")
@@ -368,7 +393,9 @@ def prompt(
         if settings[key]:
             passed += [f"--{key.replace('_', '-')}", str(Path(settings[key]).absolute())]
     options = PromptOptions(
-        chain=Path(chain).absolute(),
+        chain=Path(chain).absolute() if chain is not None else None,
+        connect=connect,
+        headers={"Authorization": f"Bearer {token}"} if connect and token else {},
         texts=texts,
         json=as_json,
         repl=repl,

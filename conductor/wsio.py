@@ -26,6 +26,7 @@ __all__ = [
     "MAX_MESSAGE",
     "CloseReason",
     "ConnectError",
+    "ConnectionClosed",
     "WebSocketConnection",
     "WsWriter",
     "connection",
@@ -50,7 +51,7 @@ CLOSE_NAMES = {
 
 
 class ConnectError(Exception):
-    """Opening a WebSocket failed; the message says why, without secrets."""
+    """Opening a WebSocket failed; the message says why (not where, nor any secret)."""
 
 
 def frame_to_line(text: str) -> bytes:
@@ -207,7 +208,6 @@ async def connection(
     SSL_CERT_DIR, which the standard library honours). Leaving the block
     closes the connection with a close frame.
     """
-    shown = public_url(url)
     context = ssl.create_default_context() if url.startswith("wss:") else None
     extra = [(k.encode(), v.encode()) for k, v in headers.items()]
     async with contextlib.AsyncExitStack() as stack:
@@ -224,7 +224,7 @@ async def connection(
                 )
             )
         except Exception as exc:
-            raise ConnectError(f"cannot connect to {shown}: {_why(exc)}") from None
+            raise ConnectError(_why(exc)) from None
         yield ws
 
 
@@ -242,5 +242,11 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, trio_websocket.HandshakeError) and exc.__cause__ is not None:
         return _why(exc.__cause__)
     if isinstance(exc, OSError):
+        if not exc.strerror and isinstance(exc.__cause__, BaseExceptionGroup):
+            first = exc.__cause__.exceptions[
+                0
+            ]  # trio tried every address: say why the first failed
+            if isinstance(first, OSError) and first.strerror:
+                return first.strerror.lower()
         return exc.strerror or str(exc) or type(exc).__name__
     return str(exc) or type(exc).__name__
