@@ -212,6 +212,8 @@ async def connection(
     extra = [(k.encode(), v.encode()) for k, v in headers.items()]
     async with contextlib.AsyncExitStack() as stack:
         try:
+            if context is not None:
+                await _check_tls(url, context)
             ws = await stack.enter_async_context(
                 trio_websocket.open_websocket_url(
                     url,
@@ -228,6 +230,27 @@ async def connection(
         yield ws
 
 
+async def _check_tls(url: str, context: ssl.SSLContext) -> None:
+    """Complete one TLS handshake with the server and hang up.
+
+    trio-websocket (0.12) does not report a failed TLS handshake: the open
+    waits for its timeout instead. Shaking hands first turns an untrusted
+    certificate into an immediate, precise error.
+    """
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None
+    with trio.fail_after(CONNECT_TIMEOUT):
+        stream = await trio.open_ssl_over_tcp_stream(
+            parts.hostname, parts.port or 443, ssl_context=context, https_compatible=True
+        )
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            raise exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc from None
+        finally:
+            await trio.aclose_forcefully(stream)
+
+
 def _why(exc: BaseException) -> str:
     """One phrase for a failed WebSocket open."""
     if isinstance(exc, trio_websocket.ConnectionRejected):
@@ -235,8 +258,14 @@ def _why(exc: BaseException) -> str:
         return f"the server answered HTTP {exc.status_code}" + (f": {body[:200]}" if body else "")
     if isinstance(exc, trio_websocket.ConnectionTimeout):
         return f"no answer within {CONNECT_TIMEOUT:g} s"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            f"TLS error: {exc.verify_message or exc.reason} (trust a private CA with SSL_CERT_FILE)"
+        )
     if isinstance(exc, ssl.SSLError):
         return f"TLS error: {exc.reason or exc}"
+    if isinstance(exc, trio.TooSlowError):
+        return f"no answer within {CONNECT_TIMEOUT:g} s"
     if isinstance(exc, ConnectionClosed):
         return describe_close(exc.reason)
     if isinstance(exc, trio_websocket.HandshakeError) and exc.__cause__ is not None:
