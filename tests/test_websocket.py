@@ -247,8 +247,17 @@ def test_loopback_without_a_token_generates_one(make_chain, serve):
 def test_port_in_use_is_a_clear_error(make_chain, serve):
     served = serve(demo_chain(make_chain))
     done = subprocess.run(
-        [PY, "-m", "conductor", "serve", str(demo_chain(make_chain))]
-        + ["--listen", f"127.0.0.1:{served.port}", "--token", "x"],
+        [
+            PY,
+            "-m",
+            "conductor",
+            "serve",
+            str(demo_chain(make_chain)),
+            "--listen",
+            f"127.0.0.1:{served.port}",
+            "--token",
+            "x",
+        ],
         capture_output=True,
         timeout=30,
         cwd=ROOT,
