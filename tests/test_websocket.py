@@ -274,6 +274,16 @@ def test_tls(make_chain, serve):
     context = ssl.create_default_context(cafile=str(TLS_CERT))
     peer = served.connect(ssl=context)
     assert peer.start_session() == "sess-1"
+    # prompt --connect trusts a private CA through SSL_CERT_FILE, as the standard library does.
+    trusted = subprocess.run(
+        [PY, "-m", "conductor", "prompt", "--connect", served.url, "--token", TOKEN, "over tls"],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "SSL_CERT_FILE": str(TLS_CERT)},
+    )
+    assert trusted.returncode == 0, trusted.stderr
+    assert b"over tls" in trusted.stdout
     # Without trusting the certificate, the client refuses the server.
     done = subprocess.run(
         [PY, "-m", "conductor", "prompt", "--connect", served.url, "--token", TOKEN, "hi"],
@@ -359,6 +369,22 @@ def test_a_remote_agent_gives_the_same_transcript_as_a_local_one(make_chain, ser
     assert transcript(conductor(remote, env=env)) == transcript(conductor(local))
     far.wait_for_log("closed after")
     assert not descendants(far.pid), "the remote chain stopped with the connection"
+
+
+def test_a_remote_proxy_is_a_served_chain_without_agent(make_chain, serve, conductor):
+    """A proxy kept elsewhere: `serve` a chain that has no [agent] (it runs as a proxy), and
+    name it with `url =` in a [[proxy]]; the transcript equals that of the local proxy."""
+    far = serve(make_chain(proxy_block("--tag", "[far]"), name="far-proxy.toml"))
+    remote = make_chain(
+        f'[[proxy]]\nname = "far"\nurl = "{far.url}"\n'
+        'headers = { Authorization = "Bearer ${ACP_TEST_TOKEN}" }\n' + demo_agent_block(),
+        name="remote-proxy.toml",
+    )
+    local = make_chain(proxy_block("--tag", "[far]") + demo_agent_block(), name="local.toml")
+    remote_run = conductor(remote, env={"ACP_TEST_TOKEN": TOKEN})
+    assert transcript(remote_run) == transcript(conductor(local))
+    far.wait_for_log("closed after")
+    assert not descendants(far.pid)
 
 
 def test_an_unreachable_remote_agent_fails_initialize_by_name_and_url(make_chain, conductor):
