@@ -253,7 +253,9 @@ def serve(
     with one JSON-RPC message per text frame. Each connection gets its own
     proxies and agent processes, stopped when it closes. SIGTERM or SIGINT
     closes every connection with a close frame and stops every chain.
-    One line per connection opened and closed goes to stderr.
+    One line per connection opened and closed goes to stderr; with the global
+    --trace FILE, each connection writes its own trace, named after FILE and
+    the connection id.
     """
     import ssl
 

@@ -1,9 +1,10 @@
 """One running chain instance: the router wired to real pipes and processes.
 
 Lifetimes are visible in `run`: one nursery holds the editor reader, every
-component's reader, stderr forwarder and exit watcher, and the writers'
-drain tasks. The first `initialize` starts the components (lazily); the first
-of editor EOF, a signal, or a component's death ends the run.
+component's reader, stderr forwarder and exit watcher (or, for a remote
+component, its WebSocket), and the writers' drain tasks. The first
+`initialize` starts the components (lazily); the first of the editor leaving,
+a signal, or a component's death (or hang-up) ends the run.
 """
 
 from __future__ import annotations
