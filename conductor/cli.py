@@ -211,8 +211,8 @@ def _parse_listen(text: str) -> tuple[str, int]:
     type=click.FloatRange(0),
     default=3600.0,
     show_default=True,
-    help="Seconds without a message in either direction before a connection is closed "
-    "(code 1001); 0 never closes it.",
+    help="Seconds without a message in either direction, and with no request waiting for "
+    "its answer, before a connection is closed (code 1001); 0 never closes it.",
 )
 @click.option(
     "--tls-cert",

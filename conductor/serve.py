@@ -26,6 +26,7 @@ import ssl
 import sys
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -90,6 +91,8 @@ class WebSocketEditor:
         self.last_activity = trio.current_time()
         self.timed_out = False
         self.shutting_down = False
+        # Requests in flight either way: a long silent tool call is not idleness.
+        self.busy: Callable[[], bool] = lambda: False
 
     def make_writer(self, dirty: list[Writer]) -> Writer:
         writer = WsWriter("editor", dirty, self.ws)
@@ -115,7 +118,9 @@ class WebSocketEditor:
                 except ConnectionClosed as exc:
                     return f"the editor closed the connection ({describe_close(exc.reason)})"
             if waited.cancelled_caught:
-                if trio.current_time() >= self.last_activity + self.idle_timeout:
+                if self.busy():
+                    self._touch()  # a request is in flight: not idle, start over
+                elif trio.current_time() >= self.last_activity + self.idle_timeout:
                     self.timed_out = True
                     return f"idle timeout: no message for {self.idle_timeout:g} s (--idle-timeout)"
                 continue  # we sent something meanwhile: wait again
@@ -404,6 +409,7 @@ class Server:
             log.error("connection %s: cannot start the chain: %s", short, exc)
             await ws.aclose(1011, close_reason(f"cannot start the chain: {exc}"))
             return
+        editor.busy = lambda: bool(runner.editor.incoming or runner.editor.pending)
         self.runners[conn_id] = runner
         self.editors[conn_id] = editor
         started = trio.current_time()
@@ -487,7 +493,10 @@ def listener_urls(listeners: list[trio.abc.Listener[trio.abc.Stream]], tls: bool
 
 
 def run_server(chain: Chain, options: ServeOptions, generated_token: bool) -> int:
-    """Bind, announce on stderr, serve until SIGTERM/SIGINT. Exit 0, or 2 if it cannot listen."""
+    """Bind, announce on stderr, serve until SIGTERM/SIGINT. Exit 0, or 2 if it cannot listen.
+
+    The `listening on URL` lines come last, so a script that waits for them has seen the rest.
+    """
 
     async def main() -> int:
         try:
@@ -499,8 +508,6 @@ def run_server(chain: Chain, options: ServeOptions, generated_token: bool) -> in
                 flush=True,
             )
             return 2
-        for url in listener_urls(listeners, options.ssl_context is not None):
-            print(f"listening on {url}", file=sys.stderr, flush=True)
         if generated_token:
             print(
                 f"token: {options.token}  (generated for this run; set ACP_CONDUCTOR_TOKEN "
@@ -508,6 +515,8 @@ def run_server(chain: Chain, options: ServeOptions, generated_token: bool) -> in
                 file=sys.stderr,
                 flush=True,
             )
+        for url in listener_urls(listeners, options.ssl_context is not None):
+            print(f"listening on {url}", file=sys.stderr, flush=True)
         return await Server(chain, options).run(listeners)
 
     return trio.run(main)

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -329,6 +330,14 @@ def test_idle_timeout_closes_with_a_reason(make_chain, serve):
     peer = served.connect()
     peer.start_session()
     tree = descendants(served.pid)
+    # A request waiting for its answer is not idleness, however long it is silent.
+    peer.request(2, "session/prompt", prompt_params("sess-1", "please ask permission"))
+    _, ask = peer.read_until(lambda m: m.get("method") == "session/request_permission")
+    time.sleep(1.5)  # three idle periods with nothing on the wire
+    peer.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"outcome": {"outcome": "cancelled"}}})
+    _, response = peer.response(2)
+    assert "result" in response
+    # Then nothing in flight: closed.
     code, reason = peer.closed_with()
     assert code == 1001 and "idle" in reason
     wait_until(lambda: not any(alive(pid) for pid in tree), what="its chain stopped")
