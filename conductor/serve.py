@@ -41,7 +41,7 @@ from .plugin import PluginError
 from .process import become_subreaper, kill_adopted_orphans, reap_exited_orphans
 from .runner import ChainRunner, Deliver
 from .trace import Tracer
-from .wsio import ACP_PATH, WsWriter, describe_close, frame_to_line
+from .wsio import ACP_PATH, Corker, WsWriter, describe_close, frame_to_line
 
 log = logging.getLogger("conductor.serve")
 
@@ -85,8 +85,11 @@ class WebSocketEditor:
 
     half_close = False  # a closed WebSocket is gone both ways
 
-    def __init__(self, ws: WebSocketConnection, idle_timeout: float) -> None:
+    def __init__(
+        self, ws: WebSocketConnection, idle_timeout: float, corker: Corker | None = None
+    ) -> None:
         self.ws = ws
+        self.corker = corker
         self.idle_timeout = idle_timeout
         self.last_activity = trio.current_time()
         self.timed_out = False
@@ -95,7 +98,7 @@ class WebSocketEditor:
         self.busy: Callable[[], bool] = lambda: False
 
     def make_writer(self, dirty: list[Writer]) -> Writer:
-        writer = WsWriter("editor", dirty, self.ws)
+        writer = WsWriter("editor", dirty, self.ws, self.corker)
         writer.on_send = self._touch
         return writer
 
@@ -153,12 +156,21 @@ def close_reason(text: str) -> str:
     return data[:120].decode("utf-8", "ignore") + "..."
 
 
-class _ReplayStream(trio.abc.Stream):
-    """A stream that first gives back bytes we already read (the HTTP request we judged)."""
+class _ServerStream(trio.abc.Stream):
+    """The accepted TCP (or TLS) stream as trio-websocket sees it.
+
+    It first replays the request head we already read and judged. It can also
+    hold writes back (`cork`) so that a burst of frames leaves in one send,
+    instead of one system call and one wake-up of the client per frame: that
+    is what decides the streaming rate of `session/update` notifications.
+    """
 
     def __init__(self, inner: trio.abc.Stream, prefix: bytes) -> None:
         self.inner = inner
         self.prefix = prefix
+        self._corked = False
+        self._held = bytearray()
+        self._send_lock = trio.StrictFIFOLock()  # trio streams allow one send_all at a time
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self.prefix:
@@ -168,7 +180,23 @@ class _ReplayStream(trio.abc.Stream):
         return bytes(await self.inner.receive_some(max_bytes))
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.inner.send_all(data)
+        if self._corked:
+            self._held += data
+            return
+        async with self._send_lock:
+            await self.inner.send_all(data)
+
+    def cork(self) -> None:
+        self._corked = True
+
+    async def uncork(self) -> None:
+        """Send what was held back, in one piece."""
+        self._corked = False
+        if self._held:
+            data = bytes(self._held)
+            self._held.clear()
+            async with self._send_lock:
+                await self.inner.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.inner.wait_send_all_might_not_block()
@@ -196,7 +224,6 @@ class Server:
         self.handshakes: set[trio.CancelScope] = set()
         self.stopping = trio.Event()
         self.accepting = trio.CancelScope()
-        self.announced: list[str] = []
 
     async def run(self, listeners: list[trio.abc.Listener[trio.abc.Stream]]) -> int:
         become_subreaper()
@@ -272,7 +299,7 @@ class Server:
                 return
         finally:
             self.handshakes.discard(scope)
-        await self._connection(_ReplayStream(stream, head), peer)
+        await self._connection(_ServerStream(stream, head), peer)
 
     def _judge(self, head: bytes) -> None:
         """Refuse the request unless it is an authorised WebSocket upgrade to /acp."""
@@ -350,7 +377,7 @@ class Server:
 
     # ----------------------------------------------------------- connection
 
-    async def _connection(self, stream: trio.abc.Stream, peer: str) -> None:
+    async def _connection(self, stream: _ServerStream, peer: str) -> None:
         conn_id = str(uuid.uuid4())
         short = conn_id[:8]
         options = self.options
@@ -380,17 +407,17 @@ class Server:
                         "(--max-connections); try again later",
                     )
                     return
-                await self._run_chain(ws, conn_id, short, peer)
+                await self._run_chain(ws, stream, conn_id, short, peer)
             finally:
                 with trio.move_on_after(2.0):
                     await ws.aclose()
                 nursery.cancel_scope.cancel()
 
     async def _run_chain(
-        self, ws: WebSocketConnection, conn_id: str, short: str, peer: str
+        self, ws: WebSocketConnection, stream: _ServerStream, conn_id: str, short: str, peer: str
     ) -> None:
         options = self.options
-        editor = WebSocketEditor(ws, options.idle_timeout)
+        editor = WebSocketEditor(ws, options.idle_timeout, stream)
         trace = None
         try:
             if options.trace:

@@ -14,6 +14,7 @@ import contextlib
 import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
 
 import orjson
 import trio
@@ -27,6 +28,7 @@ __all__ = [
     "CloseReason",
     "ConnectError",
     "ConnectionClosed",
+    "Corker",
     "WebSocketConnection",
     "WsWriter",
     "connection",
@@ -38,6 +40,7 @@ __all__ = [
 
 ACP_PATH = "/acp"
 CONNECT_TIMEOUT = 10.0
+CORK_LIMIT = 1 << 20  # bytes framed before a held-back burst is sent
 MAX_MESSAGE = 1 << 30  # what we accept from a server we connected to: as much as a pipe line
 CLOSE_NAMES = {
     1000: "normal closure",
@@ -92,6 +95,14 @@ async def read_frames(
             await pending
 
 
+class Corker(Protocol):
+    """A stream under a WebSocket that can hold writes back and send them in one piece."""
+
+    def cork(self) -> None: ...
+
+    async def uncork(self) -> None: ...
+
+
 class WsWriter:
     """Queues lines for one WebSocket peer and sends each as a text frame.
 
@@ -100,8 +111,15 @@ class WsWriter:
     moving. Like FdWriter, `congested` tells readers to pause.
     """
 
-    def __init__(self, name: str, dirty: list[Writer], ws: WebSocketConnection | None = None):
+    def __init__(
+        self,
+        name: str,
+        dirty: list[Writer],
+        ws: WebSocketConnection | None = None,
+        corker: Corker | None = None,
+    ) -> None:
         self.name = name
+        self.corker = corker  # when given, each burst of frames goes out in one send
         self.dirty = dirty
         self.ws = ws
         self._queue: list[bytes] = []
@@ -161,15 +179,25 @@ class WsWriter:
             await self._wake.wait()
             self._wake = trio.Event()
             backlog = self._backlog
+            corker = self.corker
             while backlog and not self.broken:
-                line = backlog[0]
+                if corker is not None:
+                    corker.cork()
+                held = 0
                 try:
-                    await self.ws.send_message(line.decode("utf-8", "replace"))
-                except ConnectionClosed:
+                    try:
+                        while backlog and held < CORK_LIMIT:
+                            line = backlog[0]
+                            await self.ws.send_message(line.decode("utf-8", "replace"))
+                            backlog.popleft()
+                            self._size -= len(line)
+                            held += len(line)
+                    finally:
+                        if corker is not None:  # never leave writes held (a close frame may follow)
+                            await corker.uncork()
+                except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
                     self.broken = True
                     break
-                backlog.popleft()
-                self._size -= len(line)
             if self.broken:
                 backlog.clear()
                 self._size = 0

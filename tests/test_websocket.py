@@ -102,6 +102,26 @@ def test_frames_batches_binary_and_pretty_printed_json(make_chain, serve):
     assert "result" in last, "the binary frame got no answer and broke nothing"
 
 
+def test_bursts_and_big_messages_keep_their_order_and_bytes(make_chain, serve):
+    """Thousands of updates in one burst (sent in batches of frames), and messages of many
+    megabytes both ways."""
+    served = serve(make_chain(proxy_block() + script_agent_block("--flood", "3000")))
+    peer = served.connect()
+    session = peer.start_session()
+    peer.request(2, "session/prompt", prompt_params(session, "flood"))
+    updates, response = peer.response(2)
+    assert response["result"]["stopReason"] == "end_turn"
+    texts = [m["params"]["update"]["content"]["text"][:8] for m in updates]
+    assert texts == [f"{i:08d}" for i in range(3000)]
+    big = "é" * (3 << 20)  # 6 MB of UTF-8 in one frame, to the agent and back
+    peer.request(3, "_test/echo", {"big": big})
+    _, echo = peer.response(3)
+    assert echo["result"] == {"params": {"big": big}}
+    peer.request(4, "_test/big", {"size": 8 << 20})
+    _, answer = peer.response(4)
+    assert answer["result"]["text"] == "y" * (8 << 20)
+
+
 def test_concurrent_connections_each_run_their_own_chain(make_chain, serve):
     served = serve(demo_chain(make_chain))
     peers = [served.connect() for _ in range(3)]
