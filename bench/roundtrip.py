@@ -6,6 +6,9 @@ demo agent directly in the same run (these machines are shared and noisy).
 
     python bench/roundtrip.py [--prompts 2000] [--rounds 5] [--updates 20000]
 
+The WebSocket row runs `conductor serve` on a loopback port and drives it with the
+`websockets` package's blocking client (a test extra), one connection per measurement.
+
 With node and `npm ci --prefix bench`, @thinkwell/conductor (a competing TypeScript
 conductor) is measured in the same run with the same agent and proxies.
 """
@@ -81,6 +84,79 @@ class Pipe:
         self.proc.wait(timeout=30)
 
 
+class WsPipe:
+    """The same minimal client over a WebSocket to `conductor serve` (the `websockets` package,
+    its blocking client): one JSON-RPC message per text frame."""
+
+    def __init__(self, url: str, token: str) -> None:
+        from websockets.sync.client import connect
+
+        self.ws = connect(
+            url,
+            additional_headers={"Authorization": f"Bearer {token}"},
+            max_size=None,
+            proxy=None,
+            compression=None,
+            legacy=True,
+        )
+        self.next_id = 0
+
+    def send(self, method: str, params: object) -> int:
+        self.next_id += 1
+        self.ws.send(
+            json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        )
+        return self.next_id
+
+    def until_response(self, request_id: int) -> tuple[dict, int]:
+        marker = f'"id":{request_id},'
+        others = 0
+        while True:
+            frame = self.ws.recv()
+            assert isinstance(frame, str)
+            if marker in frame and '"method"' not in frame:
+                return json.loads(frame), others
+            others += 1
+
+    def call(self, method: str, params: object) -> tuple[dict, int]:
+        return self.until_response(self.send(method, params))
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+class Served:
+    """`conductor serve CHAIN` on a free loopback port, for the WebSocket row."""
+
+    TOKEN = "bench-token"
+
+    def __init__(self, chain: Path) -> None:
+        self.proc = subprocess.Popen(
+            [PY, "-m", "conductor", "serve", str(chain), "--listen", "127.0.0.1:0"],
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env={**os.environ, "ACP_CONDUCTOR_TOKEN": self.TOKEN},
+        )
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode()
+            if line.startswith("listening on "):
+                self.url = line.split()[2]
+                break
+        else:
+            raise RuntimeError("conductor serve did not start")
+
+    def connect(self) -> WsPipe:
+        return WsPipe(self.url, self.TOKEN)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+Target = list[str] | Served
+
+
 def chain_file(folder: Path, proxies: int, agent: list[str], plugin: str | None = None) -> Path:
     """A chain of `proxies` subprocess pass-through proxies, or of in-process `plugin`s."""
     if plugin is None:
@@ -107,16 +183,16 @@ def thinkwell(folder: Path, proxies: int, agent: list[str]) -> list[str]:
     return ["node", str(ROOT / "bench" / "thinkwell_stdio.mjs"), str(path)]
 
 
-def open_session(argv: list[str]) -> tuple[Pipe, str]:
-    pipe = Pipe(argv)
+def open_session(target: Target) -> tuple[Pipe | WsPipe, str]:
+    pipe = target.connect() if isinstance(target, Served) else Pipe(target)
     pipe.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     response, _ = pipe.call("session/new", {"cwd": str(ROOT), "mcpServers": []})
     return pipe, response["result"]["sessionId"]
 
 
-def prompt_rate(argv: list[str], prompts: int, warmup: int) -> float:
+def prompt_rate(target: Target, prompts: int, warmup: int) -> float:
     """Seconds per sequential prompt round trip (one update + the response each)."""
-    pipe, session = open_session(argv)
+    pipe, session = open_session(target)
     params = {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
     for _ in range(warmup):
         pipe.call("session/prompt", params)
@@ -128,9 +204,9 @@ def prompt_rate(argv: list[str], prompts: int, warmup: int) -> float:
     return elapsed / prompts
 
 
-def stream_rate(argv: list[str], updates: int) -> float:
+def stream_rate(target: Target, updates: int) -> float:
     """session/update notifications per second for one long streamed reply."""
-    pipe, session = open_session(argv)
+    pipe, session = open_session(target)
     text = "x" * updates
     params = {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
     start = time.perf_counter()
@@ -143,6 +219,7 @@ def stream_rate(argv: list[str], updates: int) -> float:
 def soak(argv: list[str], prompts: int) -> tuple[int, int]:
     """Conductor RSS (kB) after 100 prompts and after `prompts` prompts."""
     pipe, session = open_session(argv)
+    assert isinstance(pipe, Pipe)
     params = {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
     for _ in range(100):
         pipe.call("session/prompt", params)
@@ -173,6 +250,11 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=20000)
     parser.add_argument("--no-thinkwell", action="store_true", help="skip the competitor's rows")
     parser.add_argument(
+        "--no-websocket",
+        action="store_true",
+        help="skip the served-chain row (it needs the websockets package, a test extra)",
+    )
+    parser.add_argument(
         "--soak", type=int, default=10000, help="prompts in the memory soak (0: skip)"
     )
     args = parser.parse_args()
@@ -180,8 +262,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         streamer = [*AGENT[:-1], str(args.updates)]
-        configs: dict[str, list[str]] = {"direct": AGENT}
-        stream_configs: dict[str, list[str]] = {"direct": streamer}
+        configs: dict[str, Target] = {"direct": AGENT}
+        stream_configs: dict[str, Target] = {"direct": streamer}
         variants = [(n, None, f"conductor, {n} proxies") for n in (0, 1, 3)]
         variants += [(n, "PassThrough", f"conductor, {n} in-process pass-through") for n in (1, 3)]
         variants += [(n, "Inspecting", f"conductor, {n} in-process inspecting") for n in (1, 3)]
@@ -198,6 +280,16 @@ def main() -> None:
         stream_configs["conductor, 0 proxies, --trace"] = conductor(
             chain_file(folder, 0, streamer), *trace
         )
+        servers: list[Served] = []
+        if not args.no_websocket:
+            # One server per agent flavour; every measurement opens its own connection, which
+            # gets its own chain, as every pipe row starts its own conductor.
+            servers = [
+                Served(chain_file(folder, 0, AGENT)),
+                Served(chain_file(folder, 0, streamer)),
+            ]
+            configs["conductor serve, 0 proxies, loopback WebSocket"] = servers[0]
+            stream_configs["conductor serve, 0 proxies, loopback WebSocket"] = servers[1]
         if THINKWELL.exists() and shutil.which("node") and not args.no_thinkwell:
             for n in (0, 1, 3):
                 name = f"thinkwell, {n} proxies"
@@ -230,13 +322,18 @@ def main() -> None:
                 ours = statistics.median(trips[f"conductor, {n} proxies"])
                 theirs = statistics.median(trips[f"thinkwell, {n} proxies"])
                 print(f"  {n} proxies: round trip {ours / theirs:.2f}")
+        for server in servers:
+            server.close()
         three = configs["conductor, 3 proxies"]
+        assert isinstance(three, list)
         print(
             f"\ninitialize through 3 proxies: {init_time(three) * 1000:.0f} ms "
             f"(agent alone: {init_time(AGENT) * 1000:.0f} ms)"
         )
         if args.soak:
-            early, late = soak(configs["conductor, 0 proxies"], args.soak)
+            zero = configs["conductor, 0 proxies"]
+            assert isinstance(zero, list)
+            early, late = soak(zero, args.soak)
             print(
                 f"conductor RSS after 100 prompts: {early / 1024:.1f} MB; after {args.soak}: "
                 f"{late / 1024:.1f} MB (growth {(late - early) / 1024:.1f} MB)"

@@ -11,6 +11,7 @@ import re
 import shutil
 import sys
 import tomllib
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ __all__ = ["Chain", "ChainError", "ComponentSpec", "load_chain"]
 TOP_KEYS = {"name", "proxy", "agent"}
 COMPONENT_KEYS = {"name", "command", "plugin", "options", "env", "cwd", "dialect", "url", "headers"}
 DIALECTS = ("auto", "underscore", "plain", "legacy")
+ACP_PATH = "/acp"
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+RESERVED_HEADERS = {"host", "upgrade", "connection", "content-length", "transfer-encoding"}
 PYTHON_NAMES = {"python", "python3"}
 
 
@@ -52,6 +57,8 @@ class ComponentSpec:
     plugin: str | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
     factory: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
+    url: str | None = None  # a remote component, reached over WebSocket
+    headers: dict[str, str] = attrs.field(factory=dict, repr=False)  # may hold secrets
 
     def make_plugin(self) -> Any:
         """A fresh plugin instance (raises PluginError if the factory rejects the options)."""
@@ -59,6 +66,16 @@ class ComponentSpec:
         return instantiate(self.plugin, self.factory, self.options)
 
     def describe(self) -> str:
+        """One line for `conductor check`: never a header value (they carry secrets)."""
+        if self.url is not None:
+            from .wsio import public_url
+
+            parts = [f"{self.role} {self.name!r}: {public_url(self.url)} (remote, WebSocket)"]
+            if self.headers:
+                parts.append("headers=" + ",".join(sorted(self.headers)))
+            if self.role == "proxy":
+                parts.append(f"dialect={self.dialect}")
+            return "  ".join(parts)
         if self.plugin is not None:
             return f"{self.role} {self.name!r}: plugin {self.plugin} (in-process)  options={self.options}"
         parts = [f"{self.role} {self.name!r}: {' '.join(self.command)}"]
@@ -206,19 +223,24 @@ class _Resolver:
                     key,
                     section,
                 )
-        if "plugin" in table and "command" in table:
-            raise self.fail(f"{label} has both 'plugin' and 'command'; give one", "plugin", section)
+        kinds = [k for k in ("plugin", "command", "url") if k in table]
+        if len(kinds) > 1:
+            raise self.fail(
+                f"{label} has both {' and '.join(repr(k) for k in kinds)}; give one",
+                "plugin" if "plugin" in kinds else "url",
+                section,
+            )
         if "plugin" in table:
             return self.plugin(table, role, label, section)
+        if "url" in table:
+            return self.remote(table, role, label, section)
+        if "headers" in table:
+            raise self.fail(
+                f"{label}: 'headers' applies to a remote component (url)", "headers", section
+            )
         if "options" in table:
             raise self.fail(
                 f"{label}: 'options' is for plugins; a command takes arguments", "options", section
-            )
-        if "url" in table:
-            raise self.fail(
-                f"{label}: remote components (url) are not supported by this version yet",
-                "url",
-                section,
             )
         if "command" not in table:
             raise self.fail(f"{label} needs a 'command' (an argument list)", "command", section)
@@ -254,7 +276,7 @@ class _Resolver:
     ) -> ComponentSpec:
         if role == "agent":
             raise self.fail("[agent] cannot be a plugin; plugins are proxies", "plugin", section)
-        for key in ("env", "cwd", "dialect"):
+        for key in ("env", "cwd", "dialect", "headers"):
             if key in table:
                 raise self.fail(f"{label}: '{key}' applies to commands, not plugins", key, section)
         spec = table["plugin"]
@@ -275,6 +297,98 @@ class _Resolver:
                 f"{label}: 'name' must be a string other than 'editor'", "name", section
             )
         return ComponentSpec(name=name, role=role, plugin=spec, options=options, factory=factory)
+
+    def remote(
+        self, table: dict[str, Any], role: str, label: str, section: tuple[str, int]
+    ) -> ComponentSpec:
+        """A component served elsewhere: `url = "ws://host:port/acp"` plus optional headers."""
+        for key in ("env", "cwd", "options"):
+            if key in table:
+                raise self.fail(
+                    f"{label}: '{key}' applies to a command or plugin, not a url", key, section
+                )
+        raw = table["url"]
+        if not isinstance(raw, str):
+            raise self.fail(
+                f"{label}: 'url' must be a string like \"ws://host:9000/acp\"", "url", section
+            )
+        url = self.url(self.expand(raw, "url", label, section), label, section)
+        headers_table = table.get("headers", {})
+        if not isinstance(headers_table, dict) or not all(
+            isinstance(v, str) for v in headers_table.values()
+        ):
+            raise self.fail(
+                f"{label}: 'headers' must be a table of strings, "
+                'e.g. { Authorization = "Bearer ${TOKEN}" }',
+                "headers",
+                section,
+            )
+        headers = {}
+        for name, value in headers_table.items():
+            if not HEADER_NAME.fullmatch(name):
+                raise self.fail(f"{label}: {name!r} is not an HTTP header name", "headers", section)
+            if name.lower() in RESERVED_HEADERS or name.lower().startswith("sec-websocket-"):
+                raise self.fail(
+                    f"{label}: header {name!r} is set by the WebSocket handshake itself",
+                    "headers",
+                    section,
+                )
+            expanded = self.expand(value, "headers", label, section)
+            if any(c in expanded for c in "\r\n\0"):
+                raise self.fail(
+                    f"{label}: header {name!r} has a line break in its value", "headers", section
+                )
+            headers[name] = expanded
+        dialect = table.get("dialect", "auto")
+        if dialect not in DIALECTS:
+            raise self.fail(
+                f"{label}: 'dialect' must be one of {list(DIALECTS)}", "dialect", section
+            )
+        if role == "agent" and "dialect" in table:
+            raise self.fail("[agent]: 'dialect' applies to proxies only", "dialect", section)
+        name = table.get("name") or "remote"
+        if not isinstance(name, str) or name == "editor":
+            raise self.fail(
+                f"{label}: 'name' must be a string other than 'editor'", "name", section
+            )
+        return ComponentSpec(name=name, role=role, dialect=dialect, url=url, headers=headers)
+
+    def expand(self, value: str, key: str, label: str, section: tuple[str, int]) -> str:
+        """`${VAR}` from the environment, so secrets stay out of the chain file."""
+
+        def one(match: re.Match[str]) -> str:
+            variable = match.group(1)
+            if variable not in os.environ:
+                raise self.fail(
+                    f"{label}: environment variable {variable} is not set (used as ${{{variable}}})",
+                    key,
+                    section,
+                )
+            return os.environ[variable]
+
+        return ENV_REFERENCE.sub(one, value)
+
+    def url(self, url: str, label: str, section: tuple[str, int]) -> str:
+        example = 'e.g. "ws://127.0.0.1:9000/acp" or "wss://host/acp"'
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise self.fail(f"{label}: bad url ({exc}); {example}", "url", section) from None
+        if parts.scheme not in ("ws", "wss"):
+            raise self.fail(
+                f"{label}: 'url' must start with ws:// or wss:// (got {parts.scheme or 'no'} scheme); {example}",
+                "url",
+                section,
+            )
+        if not parts.hostname:
+            raise self.fail(f"{label}: 'url' has no host; {example}", "url", section)
+        if parts.fragment:
+            raise self.fail(f"{label}: 'url' cannot have a #fragment", "url", section)
+        del port  # parsed only to validate it
+        # The ACP transport serves at /acp; a bare host:port means that endpoint.
+        path = parts.path or ACP_PATH
+        return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
     def command(
         self, value: Any, env: dict[str, str], label: str, section: tuple[str, int]

@@ -25,6 +25,17 @@ Editor entry (Zed agent_servers):
 """
 
 
+SERVE_EPILOG = """\b
+Two machines:
+  build-box$  ACP_CONDUCTOR_TOKEN=secret conductor serve agent.toml --listen 0.0.0.0:8765
+  laptop:     [agent]
+              url = "ws://build-box:8765/acp"
+              headers = { Authorization = "Bearer ${ACP_CONDUCTOR_TOKEN}" }
+Try it:
+  conductor prompt --connect ws://127.0.0.1:8765/acp --token TOKEN "hello"
+"""
+
+
 def _setup_logging(level: str, log_file: str | None) -> None:
     handler: logging.Handler = (
         logging.FileHandler(log_file, encoding="utf-8")
@@ -117,6 +128,177 @@ def run(settings: dict[str, Any], chain: str, grace: float) -> None:
     sys.exit(trio.run(runner.run))
 
 
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    """A size in bytes: 1048576, 512K, 64M, 1G."""
+
+    name = "SIZE"
+    UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("B").removesuffix("I")
+        unit = text[-1:] if text[-1:] in self.UNITS else ""
+        number = text[: len(text) - len(unit)]
+        if not number.isdigit() or int(number) <= 0:
+            self.fail(f"{value!r} is not a size like 1048576, 512K, 64M or 1G", param, ctx)
+        return int(number) * self.UNITS[unit]
+
+
+def _parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT, or a bare PORT (on 127.0.0.1)."""
+    if text.isdigit():
+        host, port = "127.0.0.1", text
+    elif text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        _fail(
+            f"--listen {text!r}: expected HOST:PORT (127.0.0.1:8765; 0.0.0.0:8765 for every "
+            "interface; port 0 picks a free one)"
+        )
+    return host, int(port)
+
+
+@cli.command(epilog=SERVE_EPILOG)
+@click.argument("chain", type=click.Path(dir_okay=False))
+@click.option(
+    "--listen",
+    default="127.0.0.1:8765",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to listen. Loopback unless you name another address (0.0.0.0 = every "
+    "interface, which needs an explicit token). Port 0 picks a free port; the actual "
+    "ws://HOST:PORT/acp is printed on stderr.",
+)
+@click.option(
+    "--token",
+    envvar="ACP_CONDUCTOR_TOKEN",
+    show_envvar=True,
+    help="Bearer token clients must present (Authorization: Bearer TOKEN, or "
+    "?access_token=TOKEN). Prefer the environment variable: arguments are visible in ps. "
+    "On loopback without one, a random token is generated and printed on stderr.",
+)
+@click.option(
+    "--allow-origin",
+    "origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="A browser Origin allowed to connect, e.g. https://editor.example (repeatable; '*' "
+    "allows any). Requests that carry an Origin not listed get 403; clients that send no "
+    "Origin (editors, CLIs) are not affected.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="Concurrent connections (each runs its own chain); one more is accepted and closed "
+    "at once with code 1013 and the reason.",
+)
+@click.option(
+    "--max-frame-size",
+    type=ByteSize(),
+    default="64M",
+    show_default=True,
+    help="Largest message a client may send (one JSON-RPC message per frame); a larger one "
+    "closes the connection with code 1009.",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds without a message in either direction, and with no request waiting for "
+    "its answer, before a connection is closed (code 1001); 0 never closes it.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Serve wss:// with this PEM certificate (chain); --tls-key if the key is separate.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, exists=True),
+    help="The PEM private key for --tls-cert.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds a closing connection's components get to exit after their stdin is "
+    "closed (before SIGTERM).",
+)
+@click.pass_obj
+def serve(
+    settings: dict[str, Any],
+    chain: str,
+    listen: str,
+    token: str | None,
+    origins: tuple[str, ...],
+    max_connections: int,
+    max_frame_size: int,
+    idle_timeout: float,
+    tls_cert: str | None,
+    tls_key: str | None,
+    grace: float,
+) -> None:
+    """Serve CHAIN over WebSocket: a fresh chain instance per connection.
+
+    Clients connect to ws://HOST:PORT/acp (the WebSocket profile of the ACP
+    remote transport) with a bearer token, send `initialize`, and talk ACP
+    with one JSON-RPC message per text frame. Each connection gets its own
+    proxies and agent processes, stopped when it closes. SIGTERM or SIGINT
+    closes every connection with a close frame and stops every chain.
+    One line per connection opened and closed goes to stderr; with the global
+    --trace FILE, each connection writes its own trace, named after FILE and
+    the connection id.
+    """
+    import ssl
+
+    from .serve import ServeOptions, is_loopback, new_token, run_server
+
+    host, port = _parse_listen(listen)
+    loaded = _load(chain, try_plugins=True)
+    generated = False
+    if not token:
+        if not is_loopback(host):
+            _fail(
+                f"refusing to listen on {host} (not loopback) without a token: set "
+                "ACP_CONDUCTOR_TOKEN or pass --token"
+            )
+        token, generated = new_token(), True
+    if tls_key and not tls_cert:
+        _fail("--tls-key needs --tls-cert")
+    context = None
+    if tls_cert:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(tls_cert, tls_key)
+        except (ssl.SSLError, OSError) as exc:
+            _fail(f"cannot load --tls-cert/--tls-key: {exc}")
+    options = ServeOptions(
+        host=host,
+        port=port,
+        token=token,
+        allowed_origins=frozenset(o.rstrip("/").lower() for o in origins),
+        max_connections=max_connections,
+        max_frame_size=max_frame_size,
+        idle_timeout=idle_timeout,
+        ssl_context=context,
+        grace=grace,
+        trace=settings["trace"],
+    )
+    level = logging.getLogger("conductor").level
+    logging.getLogger("conductor.serve").setLevel(
+        min(level, logging.INFO) if level <= logging.WARNING else level
+    )
+    sys.exit(run_server(loaded, options, generated))
+
+
 @cli.command()
 @click.argument("chain", type=click.Path(dir_okay=False))
 def check(chain: str) -> None:
@@ -130,7 +312,7 @@ def check(chain: str) -> None:
 
 
 @cli.command()
-@click.argument("chain", type=click.Path(dir_okay=False))
+@click.argument("chain", required=False, type=click.Path(dir_okay=False))
 @click.argument("text", nargs=-1)
 @click.option(
     "-p", "--prompt", "prompts", multiple=True, help="A prompt to send (repeatable; after TEXT)."
@@ -155,10 +337,22 @@ def check(chain: str) -> None:
     type=click.Path(file_okay=False),
     help="Working folder for the session (default: here).",
 )
+@click.option(
+    "--connect",
+    metavar="URL",
+    help="Talk to a served chain (ws://HOST:PORT/acp or wss://, e.g. `conductor serve`) "
+    "instead of starting CHAIN; then every argument is a prompt.",
+)
+@click.option(
+    "--token",
+    envvar="ACP_CONDUCTOR_TOKEN",
+    show_envvar=True,
+    help="Bearer token for --connect (sent as Authorization: Bearer TOKEN).",
+)
 @click.pass_obj
 def prompt(
     settings: dict[str, Any],
-    chain: str,
+    chain: str | None,
     text: tuple[str, ...],
     permission: str | None,
     protocol: int,
@@ -166,8 +360,13 @@ def prompt(
     prompts: tuple[str, ...],
     repl: bool,
     as_json: bool,
+    connect: str | None,
+    token: str | None,
 ) -> None:
     """Try CHAIN without an editor: send TEXT as a prompt and stream the reply.
+
+    With --connect URL the chain is one served by `conductor serve` (or any ACP
+    WebSocket server) and CHAIN is left out: `prompt --connect URL TEXT...`.
 
     Each TEXT (and each -p) is sent as its own prompt in one session; --repl
     then reads more from stdin. The reply streams to stdout; thoughts, tool
@@ -179,7 +378,15 @@ def prompt(
     """
     from .prompt import PromptOptions, run_prompt
 
-    _load(chain)
+    if connect is not None:
+        if not connect.startswith(("ws://", "wss://")):
+            _fail(f"--connect {connect!r}: expected a ws:// or wss:// URL")
+        text = (chain, *text) if chain is not None else text
+        chain = None
+    elif chain is None:
+        _fail("give a CHAIN file (or --connect URL of a served chain)")
+    else:
+        _load(chain)
     texts = [*text, *prompts]
     if not texts and not repl:
         _fail("give a prompt (TEXT or -p), or --repl to type them")
@@ -188,7 +395,9 @@ def prompt(
         if settings[key]:
             passed += [f"--{key.replace('_', '-')}", str(Path(settings[key]).absolute())]
     options = PromptOptions(
-        chain=Path(chain).absolute(),
+        chain=Path(chain).absolute() if chain is not None else None,
+        connect=connect,
+        headers={"Authorization": f"Bearer {token}"} if connect and token else {},
         texts=texts,
         json=as_json,
         repl=repl,

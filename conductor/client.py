@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 import trio
 
 from .fdio import LineSplitter
+from .wsio import ConnectionClosed, WebSocketConnection, describe_close
 
 log = logging.getLogger("conductor.client")
 
@@ -36,12 +37,13 @@ class ConnectionLost(Exception):
 
 
 class ClientConnection:
-    """JSON-RPC over newline-delimited JSON on a pair of trio streams."""
+    """JSON-RPC over newline-delimited JSON on a pair of trio streams (see the subclass for
+    WebSocket)."""
 
     def __init__(
         self,
-        send_stream: trio.abc.SendStream,
-        receive_stream: trio.abc.ReceiveStream,
+        send_stream: trio.abc.SendStream | None,
+        receive_stream: trio.abc.ReceiveStream | None,
         on_request: RequestHandler,
         on_notification: NotificationHandler,
     ) -> None:
@@ -57,7 +59,24 @@ class ClientConnection:
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._send_lock:
-            await self._send_stream.send_all(orjson.dumps(message) + b"\n")
+            await self._write(orjson.dumps(message))
+
+    async def _write(self, line: bytes) -> None:
+        assert self._send_stream is not None
+        await self._send_stream.send_all(line + b"\n")
+
+    async def _incoming(self) -> AsyncIterator[list[bytes]]:
+        """Bursts of complete lines until the peer closes."""
+        assert self._receive_stream is not None
+        splitter = LineSplitter()
+        while True:
+            data = await self._receive_stream.receive_some(1 << 18)
+            if not data:
+                return
+            yield splitter.feed(bytes(data))
+
+    def _closed_note(self) -> str:
+        return ""
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and wait for its result; raise RpcError for an error."""
@@ -71,7 +90,9 @@ class ClientConnection:
         try:
             response = await receive.receive()
         except trio.EndOfChannel:
-            raise ConnectionLost(f"connection closed while waiting for {method}") from None
+            raise ConnectionLost(
+                f"connection closed while waiting for {method}{self._closed_note()}"
+            ) from None
         finally:
             self._waiting.pop(request_id, None)
         if "error" in response:
@@ -86,15 +107,11 @@ class ClientConnection:
 
     async def serve(self) -> None:
         """Read and dispatch messages until the peer closes the stream."""
-        splitter = LineSplitter()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                while True:
-                    data = await self._receive_stream.receive_some(1 << 18)
-                    if not data:
-                        break
-                    for line in splitter.feed(bytes(data)):
+                async for lines in self._incoming():
+                    for line in lines:
                         await self._dispatch(line)
                 nursery.cancel_scope.cancel()
         finally:
@@ -132,3 +149,34 @@ class ClientConnection:
         except Exception as exc:  # a handler bug must still answer the peer
             reply["error"] = {"code": -32603, "message": f"client error: {exc}"}
         await self.send(reply)
+
+
+class WebSocketClientConnection(ClientConnection):
+    """The same JSON-RPC peer over a WebSocket: one message per text frame."""
+
+    def __init__(
+        self,
+        ws: WebSocketConnection,
+        on_request: RequestHandler,
+        on_notification: NotificationHandler,
+    ) -> None:
+        super().__init__(None, None, on_request, on_notification)
+        self.ws = ws
+
+    async def _write(self, line: bytes) -> None:
+        try:
+            await self.ws.send_message(line.decode())
+        except ConnectionClosed as exc:
+            raise ConnectionLost(f"connection closed ({describe_close(exc.reason)})") from None
+
+    async def _incoming(self) -> AsyncIterator[list[bytes]]:
+        while True:
+            try:
+                message = await self.ws.get_message()
+            except ConnectionClosed:
+                return
+            if isinstance(message, str):
+                yield [message.encode()]
+
+    def _closed_note(self) -> str:
+        return f" ({describe_close(self.ws.closed)})"

@@ -12,10 +12,11 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import trio
 
-__all__ = ["FdWriter", "LineSplitter", "read_lines"]
+__all__ = ["FdWriter", "LineSplitter", "Writer", "read_lines"]
 
 CHUNK = 1 << 18
 HIGH_WATER = 1 << 22  # bytes waiting toward one peer before its sources pause
@@ -104,6 +105,26 @@ async def _settle(pending: Awaitable[None] | None) -> None:
         await pending
 
 
+class Writer(Protocol):
+    """What the runner needs from a peer's writer: a pipe (FdWriter) or a WebSocket (WsWriter)."""
+
+    name: str
+
+    def send(self, line: bytes) -> None: ...
+
+    def flush(self) -> None: ...
+
+    @property
+    def congested(self) -> bool: ...
+
+    @property
+    def idle(self) -> bool: ...
+
+    async def wait_drained(self) -> None: ...
+
+    async def drain_forever(self) -> None: ...
+
+
 class FdWriter:
     """Queues lines for one peer and writes them in as few syscalls as possible."""
 
@@ -119,7 +140,7 @@ class FdWriter:
         "name",
     )
 
-    def __init__(self, fd: int, name: str, dirty: list[FdWriter]) -> None:
+    def __init__(self, fd: int, name: str, dirty: list[Writer]) -> None:
         self.fd = fd
         self.name = name
         self.dirty = dirty  # shared list of writers with queued lines
@@ -192,7 +213,7 @@ class FdWriter:
         return not self._backlog and not self._queue
 
 
-def flush_all(dirty: list[FdWriter]) -> None:
+def flush_all(dirty: list[Writer]) -> None:
     """Flush every writer that has queued lines (one write per peer per burst)."""
     while dirty:
         writers = dirty[:]

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 
 import trio
@@ -25,6 +26,7 @@ from .chain import ComponentSpec
 log = logging.getLogger("conductor")
 
 STDERR_TAIL_LINES = 20
+TAG_VARIABLE = "ACP_CONDUCTOR_CHAIN"
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -42,12 +44,16 @@ def become_subreaper() -> None:
 class ChildProcess:
     """One spawned component with pipes on stdin, stdout and stderr."""
 
-    def __init__(self, spec: ComponentSpec) -> None:
+    def __init__(self, spec: ComponentSpec, tag: str | None = None, label: str = "") -> None:
         self.spec = spec
         self.name = spec.name
+        self.label = label  # prefixes forwarded stderr lines, e.g. the served connection
         env = None
-        if spec.env:
+        if spec.env or tag is not None:
             env = {**os.environ, **spec.env}
+            if tag is not None:
+                # Inherited by every descendant: lets `serve` find this chain's orphans.
+                env[TAG_VARIABLE] = tag
         try:
             self.popen = subprocess.Popen(
                 spec.command,
@@ -100,7 +106,7 @@ class ChildProcess:
 
     async def forward_stderr(self, sink: StderrSink) -> None:
         """Copy the child's stderr to ours, a line at a time, prefixed with its name."""
-        prefix = f"[{self.name}] "
+        prefix = f"[{self.label}{self.name}] "
         pending = b""
         try:
             while True:
@@ -205,22 +211,57 @@ async def stop_processes(
     with trio.move_on_after(term_grace):
         for child in children:
             await child.exited.wait()
-    kill_adopted_orphans()
 
 
-def kill_adopted_orphans() -> None:
-    """Kill and reap descendants that were re-parented to us (we are their subreaper)."""
+def kill_adopted_orphans(tag: str | None = None) -> None:
+    """Kill and reap descendants that were re-parented to us (we are their subreaper).
+
+    Without `tag`, every remaining child goes: right for `run`, which has one
+    chain and has stopped it. `serve` runs many chains in one process, so it
+    passes the chain's tag and only children carrying it in their environment
+    (inherited from a component spawned with that tag) are killed.
+    """
     if not sys.platform.startswith("linux"):
         return
     me = os.getpid()
-    for pid in _children_of(me):
+    marker = None if tag is None else f"{TAG_VARIABLE}={tag}".encode()
+    targets = [pid for pid in _children_of(me) if marker is None or _has_env(pid, marker)]
+    for pid in targets:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
-    for pid in _children_of(me):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+    deadline = time.monotonic() + 0.5  # SIGKILL is quick; reap so no zombie stays with us
+    for pid in targets:
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+
+
+def reap_exited_orphans(keep: set[int]) -> None:
+    """Reap adopted descendants that exited on their own (a long-lived `serve` collects them).
+
+    `keep` are our components' pids: their Popen objects reap them.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    for pid in _children_of(os.getpid()):
+        if pid not in keep:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _has_env(pid: int, entry: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return entry in f.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _children_of(parent: int) -> list[int]:

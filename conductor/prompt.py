@@ -20,9 +20,9 @@ import attrs
 import orjson
 import trio
 
-from . import __version__
+from . import __version__, wsio
 from .acp import permission_options, permission_title
-from .client import ClientConnection, ConnectionLost, RpcError
+from .client import ClientConnection, ConnectionLost, RpcError, WebSocketClientConnection
 
 STOP_STATUS = {"end_turn": 0, "max_tokens": 3, "max_turn_requests": 3, "refusal": 4, "cancelled": 5}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -37,7 +37,7 @@ STATUS_MARK = {
 
 @attrs.define
 class PromptOptions:
-    chain: Path
+    chain: Path | None
     texts: list[str]
     protocol: int = 1
     permission: str = "ask"  # "yes", "no" or "ask"
@@ -45,6 +45,8 @@ class PromptOptions:
     conductor_args: list[str] = attrs.field(factory=list)
     json: bool = False  # print the raw session/update stream instead of text
     repl: bool = False  # read further prompts from stdin, a line each
+    connect: str | None = None  # a served chain's ws:// URL instead of spawning CHAIN
+    headers: dict[str, str] = attrs.field(factory=dict)  # sent with --connect
 
 
 class Style:
@@ -201,6 +203,9 @@ class PromptClient:
     # ------------------------------------------------------------------ running
 
     async def run(self) -> int:
+        if self.options.connect is not None:
+            return await self.run_connected(self.options.connect)
+        assert self.options.chain is not None
         command = [
             sys.executable,
             "-m",
@@ -233,6 +238,25 @@ class PromptClient:
                 await process.stdin.aclose()
             await self.connection.closed.wait()
             nursery.cancel_scope.cancel()
+        return status
+
+    async def run_connected(self, url: str) -> int:
+        """Play the editor of a chain served elsewhere (`conductor serve`, or any ACP WebSocket)."""
+        try:
+            async with wsio.connection(url, self.options.headers) as ws:
+                self.note(f"[connected to {wsio.public_url(url)}]")
+                async with trio.open_nursery() as nursery:
+                    connection = WebSocketClientConnection(
+                        ws, self.on_request, self.on_notification
+                    )
+                    self.connection = connection
+                    nursery.start_soon(connection.serve)
+                    nursery.start_soon(self.watch_interrupts, nursery.cancel_scope)
+                    status = await self.converse(connection)
+                    nursery.cancel_scope.cancel()
+        except wsio.ConnectError as exc:
+            self.note(f"error: cannot connect to {wsio.public_url(url)}: {exc}", "31")
+            return 1
         return status
 
     async def watch_interrupts(self, scope: trio.CancelScope) -> None:
@@ -299,15 +323,22 @@ class PromptClient:
         self.turn = _Turn()
         self.in_turn, self.cancel_sent = True, False
         params = {"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]}
+        error: RpcError | ConnectionLost | None = None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.spin)
-                result = await connection.request("session/prompt", params)
-                if self.options.protocol >= 2:
-                    await self.turn.idle.wait()
-                self.turn.first_update.set()
+                try:
+                    result = await connection.request("session/prompt", params)
+                    if self.options.protocol >= 2:
+                        await self.turn.idle.wait()
+                except (RpcError, ConnectionLost) as exc:
+                    error = exc  # raised below, not wrapped in the nursery's exception group
+                finally:
+                    self.turn.first_update.set()
         finally:
             self.in_turn = False
+        if error is not None:
+            raise error
         stop = (
             self.turn.stop_reason
             if self.options.protocol >= 2

@@ -1,9 +1,10 @@
 """One running chain instance: the router wired to real pipes and processes.
 
 Lifetimes are visible in `run`: one nursery holds the editor reader, every
-component's reader, stderr forwarder and exit watcher, and the writers'
-drain tasks. The first `initialize` starts the components (lazily); the first
-of editor EOF, a signal, or a component's death ends the run.
+component's reader, stderr forwarder and exit watcher (or, for a remote
+component, its WebSocket), and the writers' drain tasks. The first
+`initialize` starts the components (lazily); the first of the editor leaving,
+a signal, or a component's death (or hang-up) ends the run.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
-from .chain import Chain
-from .fdio import FdWriter, flush_all, read_lines
+from . import wsio
+from .chain import Chain, ComponentSpec
+from .fdio import FdWriter, Writer, flush_all, read_lines
 from .plugin_host import PluginHost
 from .process import (
     ChildProcess,
@@ -36,11 +38,78 @@ log = logging.getLogger("conductor")
 DEATH_REPORT_WAIT = 0.5  # how long to wait for a dying child's status and stderr
 
 
+Deliver = Callable[[list[bytes]], Awaitable[None] | None]
+
+
+class EditorEnd(Protocol):
+    """The editor's side of one chain: stdio for `run`, a WebSocket for `serve`."""
+
+    # True when the editor may still read after it stops writing (a pipe's half close):
+    # the runner then lets requests in flight finish before it stops the chain.
+    half_close: bool
+
+    def make_writer(self, dirty: list[Writer]) -> Writer:
+        """The writer for lines to the editor (created once, sharing the runner's dirty list)."""
+        ...
+
+    def prepare(self) -> None: ...
+
+    def restore(self) -> None: ...
+
+    async def read(self, deliver: Deliver) -> str:
+        """Hand the editor's lines to `deliver` until it is gone; say why it went."""
+        ...
+
+    async def finish(self, runner: ChainRunner) -> None:
+        """The chain has stopped and its last lines are out: close the editor's side."""
+        ...
+
+
+class StdioEditor:
+    """The editor on two file descriptors (an editor-launched `conductor run`)."""
+
+    half_close = True
+
+    def __init__(self, fd_in: int = 0, fd_out: int = 1) -> None:
+        self.fd_in = fd_in
+        self.fd_out = fd_out
+
+    def make_writer(self, dirty: list[Writer]) -> Writer:
+        return FdWriter(self.fd_out, "editor", dirty)
+
+    def prepare(self) -> None:
+        for fd in (self.fd_in, self.fd_out):
+            os.set_blocking(fd, False)
+
+    def restore(self) -> None:
+        for fd in (self.fd_in, self.fd_out):
+            with contextlib.suppress(OSError):
+                os.set_blocking(fd, True)
+
+    async def read(self, deliver: Deliver) -> str:
+        await read_lines(self.fd_in, deliver)
+        return "the editor closed its input"
+
+    async def finish(self, runner: ChainRunner) -> None:
+        return None
+
+
 @attrs.define(eq=False)
 class _Component:
     process: ChildProcess
     link: Link
     writer: FdWriter
+    reported: bool = False
+
+
+@attrs.define(eq=False)
+class _Remote:
+    """A component served elsewhere, reached over a WebSocket we open."""
+
+    spec: ComponentSpec
+    link: Link
+    writer: wsio.WsWriter
+    ws: wsio.WebSocketConnection | None = None
     reported: bool = False
 
 
@@ -63,24 +132,34 @@ def _no_bytes(line: bytes) -> None:
 
 
 class ChainRunner:
-    """Runs `chain` for the editor on (`editor_in`, `editor_out`) until it ends."""
+    """Runs `chain` for one editor until it ends.
+
+    `run` passes the default stdio editor and owns the process (signals,
+    subreaper); `serve` passes a WebSocket editor per connection, a `tag` that
+    marks the chain's processes, and handles signals itself.
+    """
 
     def __init__(
         self,
         chain: Chain,
-        editor_in: int = 0,
-        editor_out: int = 1,
+        editor: EditorEnd | None = None,
         *,
         grace: float = 2.0,
         reap_orphans: bool = False,
         trace: Tracer | None = None,
+        watch_signals: bool = True,
+        tag: str | None = None,
+        label: str = "",
     ) -> None:
         self.chain = chain
-        self.editor_in = editor_in
+        self.editor_end: EditorEnd = editor if editor is not None else StdioEditor()
         self.grace = grace
         self.reap_orphans = reap_orphans
-        self.dirty: list[FdWriter] = []
-        self.editor_writer = FdWriter(editor_out, "editor", self.dirty)
+        self.watch_signals = watch_signals
+        self.tag = tag
+        self.label = label
+        self.dirty: list[Writer] = []
+        self.editor_writer = self.editor_end.make_writer(self.dirty)
         self.editor = Link("editor", self.editor_writer.send, is_proxy=False)
         self.router = Router(self.editor, chain.proxy_mode, self._start_components)
         self.router.trace = self.trace = trace
@@ -88,10 +167,13 @@ class ChainRunner:
         if self._wire_log:
             self.editor.send = self._logged(self.editor_writer, "conductor -> editor")
         self.components: list[_Component] = []
+        self.remotes: list[_Remote] = []
+        self.component_writers: list[Writer] = []
         self.hosts: list[PluginHost] = []
         # Plugins are made before anything starts: a refusal stops the run right here.
         self.plugins = {c.name: c.make_plugin() for c in chain.proxies if c.plugin is not None}
         self.exit_code = 0
+        self.end = ""  # why the run ended, in words (a served connection's close reason)
         self._done = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._stderr = StderrSink()
@@ -100,8 +182,7 @@ class ChainRunner:
 
     async def run(self) -> int:
         """Serve until the editor leaves, a signal arrives, or a component dies."""
-        for fd in (self.editor_in, self.editor_writer.fd):
-            os.set_blocking(fd, False)
+        self.editor_end.prepare()
         if self.reap_orphans:
             become_subreaper()
         try:
@@ -109,7 +190,8 @@ class ChainRunner:
                 self._nursery = nursery
                 nursery.start_soon(self.editor_writer.drain_forever)
                 nursery.start_soon(self._read_editor)
-                nursery.start_soon(self._watch_signals)
+                if self.watch_signals:
+                    nursery.start_soon(self._watch_signals)
                 await self._done.wait()
                 await self._shutdown()
                 nursery.cancel_scope.cancel()
@@ -118,10 +200,14 @@ class ChainRunner:
                 component.process.close_pipes()
             if self.trace is not None:
                 self.trace.close()
-            for fd in (self.editor_in, self.editor_writer.fd):
-                with contextlib.suppress(OSError):
-                    os.set_blocking(fd, True)
+            self.editor_end.restore()
         return self.exit_code
+
+    def stop(self, why: str) -> None:
+        """End the run from outside (a served connection's server is shutting down)."""
+        if not self._done.is_set():
+            self.end = why
+            self._done.set()
 
     # ------------------------------------------------------------ components
 
@@ -130,6 +216,9 @@ class ChainRunner:
         assert self._nursery is not None
         links = []
         for spec in self.chain.components:
+            if spec.url is not None:
+                links.append(self._start_remote(spec))
+                continue
             if spec.plugin is not None:
                 link = Link(spec.name, _no_bytes, is_proxy=True)
                 link.host = PluginHost(
@@ -139,11 +228,12 @@ class ChainRunner:
                 links.append(link)
                 continue
             try:
-                process = ChildProcess(spec)
+                process = ChildProcess(spec, self.tag, self.label)
             except OSError as exc:
                 # The editor gets the error; the chain cannot run half-started, so end it.
-                log.error("%s; shutting the chain down", exc)
+                log.error("%s%s; shutting the chain down", self.label, exc)
                 self.exit_code = 1
+                self.end = str(exc)
                 self._done.set()
                 raise SpawnError(str(exc)) from None
             writer = FdWriter(process.stdin, spec.name, self.dirty)
@@ -153,12 +243,70 @@ class ChainRunner:
             link = Link(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
             component = _Component(process, link, writer)
             self.components.append(component)
+            self.component_writers.append(writer)
             links.append(link)
             self._nursery.start_soon(writer.drain_forever)
             self._nursery.start_soon(self._read_component, component)
             self._nursery.start_soon(process.forward_stderr, self._stderr)
             self._nursery.start_soon(self._watch_component, component)
         return links
+
+    def _start_remote(self, spec: ComponentSpec) -> Link:
+        """A remote component: its link queues frames until the connection opens."""
+        assert self._nursery is not None
+        writer = wsio.WsWriter(spec.name, self.dirty)
+        send = self._logged(writer, f"conductor -> {spec.name}") if self._wire_log else writer.send
+        link = Link(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
+        remote = _Remote(spec, link, writer)
+        self.remotes.append(remote)
+        self.component_writers.append(writer)
+        self._nursery.start_soon(writer.drain_forever)
+        self._nursery.start_soon(self._run_remote, remote)
+        return link
+
+    async def _run_remote(self, remote: _Remote) -> None:
+        spec = remote.spec
+        assert spec.url is not None
+        shown = wsio.public_url(spec.url)
+        close: wsio.CloseReason | None = None
+        try:
+            async with wsio.connection(spec.url, spec.headers) as ws:
+                remote.ws = ws
+                remote.writer.attach(ws)
+                log.info("%sconnected %s %r to %s", self.label, spec.role, spec.name, shown)
+                await wsio.read_frames(ws, lambda lines: self._deliver(remote.link, lines))
+                close = ws.closed
+                why = f"closed the connection ({wsio.describe_close(close)})"
+        except wsio.ConnectError as exc:
+            why = f"cannot connect: {exc}"
+        self._remote_down(remote, why, close)
+
+    def _remote_down(self, remote: _Remote, why: str, close: wsio.CloseReason | None) -> None:
+        """A remote component is unreachable or hung up: the same path as a dying process."""
+        if remote.reported or self._closing:
+            return
+        remote.reported = True
+        spec = remote.spec
+        assert spec.url is not None
+        url = wsio.public_url(spec.url)
+        message = f"{spec.role} {spec.name!r} ({url}) {why}"
+        cause: dict[str, Any] = {
+            "message": message,
+            "component": spec.name,
+            "url": url,
+            "closeCode": None if close is None else close.code,
+            "closeReason": None if close is None else close.reason,
+        }
+        self._fail_chain(remote.link, cause)
+
+    def _fail_chain(self, link: Link, cause: dict[str, Any]) -> None:
+        log.error("%s%s; shutting the chain down", self.label, cause["message"])
+        self.router.link_failed(link, cause)
+        self.router.fail_all(cause)
+        flush_all(self.dirty)
+        self.exit_code = 1
+        self.end = cause["message"]
+        self._done.set()
 
     async def _read_component(self, component: _Component) -> None:
         link = component.link
@@ -186,23 +334,20 @@ class ChainRunner:
             "exitStatus": process.returncode,
             "stderrTail": list(process.stderr_tail),
         }
-        log.error("%s; shutting the chain down", message)
-        self.router.link_failed(link, cause)
-        self.router.fail_all(cause)
-        flush_all(self.dirty)
-        self.exit_code = 1
-        self._done.set()
+        self._fail_chain(link, cause)
 
     # ---------------------------------------------------------------- editor
 
     async def _read_editor(self) -> None:
-        await read_lines(self.editor_in, lambda lines: self._deliver(self.editor, lines))
-        log.info("editor closed its input; shutting down")
+        why = await self.editor_end.read(lambda lines: self._deliver(self.editor, lines))
+        log.info("%s%s; shutting down", self.label, why)
         self._editor_gone = True
+        if not self._done.is_set():
+            self.end = why
         self._done.set()
 
     @staticmethod
-    def _logged(writer: FdWriter, label: str) -> Callable[[bytes], None]:
+    def _logged(writer: Writer, label: str) -> Callable[[bytes], None]:
         """--log-level debug: every line out, with the peer it goes to."""
 
         def send(line: bytes) -> None:
@@ -223,7 +368,7 @@ class ChainRunner:
             self.trace.flush()
         if (
             self.editor_writer.congested
-            or any(c.writer.congested for c in self.components)
+            or any(w.congested for w in self.component_writers)
             or any(h.congested for h in self.hosts)
         ):
             return self._wait_for_room()
@@ -231,7 +376,7 @@ class ChainRunner:
 
     async def _wait_for_room(self) -> None:
         """Back-pressure: stop reading while any peer has a full backlog."""
-        for writer in [self.editor_writer, *(c.writer for c in self.components)]:
+        for writer in [self.editor_writer, *self.component_writers]:
             if writer.congested:
                 await writer.wait_drained()
         for host in self.hosts:
@@ -241,22 +386,29 @@ class ChainRunner:
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
-                log.info("received %s; shutting down", signal.Signals(signum).name)
-                self._done.set()
+                name = signal.Signals(signum).name
+                log.info("received %s; shutting down", name)
+                self.stop(f"received {name}")
                 return
 
     async def _shutdown(self) -> None:
         flush_all(self.dirty)
         with trio.CancelScope(shield=True):
-            if self._editor_gone and self.exit_code == 0:
+            if self._editor_gone and self.exit_code == 0 and self.editor_end.half_close:
                 # The editor stopped writing but may still read: let what it asked finish.
                 with trio.move_on_after(self.grace):
                     while self.editor.incoming and self.exit_code == 0:
                         await trio.sleep(0.01)
             self._closing = True
-            await stop_processes([c.process for c in self.components], grace=self.grace)
+            async with trio.open_nursery() as closing:
+                for remote in self.remotes:
+                    if remote.ws is not None:
+                        closing.start_soon(self._close_remote, remote.ws)
+                await stop_processes([c.process for c in self.components], grace=self.grace)
             if self.reap_orphans:
                 kill_adopted_orphans()
+            elif self.tag is not None:
+                kill_adopted_orphans(self.tag)
             self.router.fail_all(
                 {
                     "message": "the chain shut down before answering this request",
@@ -267,3 +419,10 @@ class ChainRunner:
                 flush_all(self.dirty)
                 if not self.editor_writer.idle:
                     await self.editor_writer.wait_drained()
+            await self.editor_end.finish(self)
+
+    @staticmethod
+    async def _close_remote(ws: wsio.WebSocketConnection) -> None:
+        """Say goodbye to a remote component with a close frame (it stops its own chain)."""
+        with trio.move_on_after(2.0):
+            await ws.aclose(1000, "the chain is shutting down")

@@ -16,7 +16,7 @@ import orjson
 import trio
 
 from . import wire
-from .fdio import FdWriter, flush_all, read_lines
+from .fdio import FdWriter, Writer, flush_all, read_lines
 from .plugin import AGENT, EDITOR
 from .plugin_host import CANCEL, PluginHost
 
@@ -29,7 +29,7 @@ SUCCESSOR = ("_proxy/successor", "proxy/successor")
 class StdioTransport:
     """Frames the host's messages for its conductor: plain upstream, wrapped downstream."""
 
-    def __init__(self, writer: FdWriter, dirty: list[FdWriter]) -> None:
+    def __init__(self, writer: FdWriter, dirty: list[Writer]) -> None:
         self.writer = writer
         self.dirty = dirty
         self.wrapper = b'"_proxy/successor"'
@@ -56,7 +56,7 @@ class StandaloneProxy:
 
     def __init__(self, plugin: Any, name: str, stdin: int = 0, stdout: int = 1) -> None:
         self.stdin = stdin
-        self.dirty: list[FdWriter] = []
+        self.dirty: list[Writer] = []
         self.writer = FdWriter(stdout, "conductor", self.dirty)
         self.transport = StdioTransport(self.writer, self.dirty)
         self.host = PluginHost(plugin, name, self.transport)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -350,3 +351,222 @@ def run_mcp_client(mode: str, declaration: dict[str, Any], steps: list[Any]) -> 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+# ------------------------------------------------------------------ WebSocket (conductor serve)
+
+TOKEN = "test-token-1234"
+TLS_CERT = FIXTURES / "tls-cert.pem"  # self-signed for 127.0.0.1, test use only
+TLS_KEY = FIXTURES / "tls-key.pem"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live (non-zombie) process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until(predicate: Any, timeout: float = TIMEOUT, what: str = "condition") -> None:
+    """Poll `predicate` until it holds (not a timing assertion: the timeout only bounds a hang)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout}s")
+        time.sleep(0.02)
+
+
+class Served:
+    """`conductor serve CHAIN --listen 127.0.0.1:0` as a subprocess; `url` is parsed from stderr."""
+
+    def __init__(self, chain: Path, *args: str, token: str | None = TOKEN, env: Any = None):
+        environment = {**os.environ, **(env or {})}
+        environment.pop("ACP_CONDUCTOR_TOKEN", None)
+        if token is not None:
+            environment["ACP_CONDUCTOR_TOKEN"] = token
+        self.proc = subprocess.Popen(
+            [PY, "-m", "conductor", "serve", str(chain), "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            env=environment,
+        )
+        self.stderr_lines: list[str] = []
+        self.stdout = b""
+        self._listening: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        try:
+            url = self._listening.get(timeout=TIMEOUT)
+        except queue.Empty:
+            url = None
+        if url is None:
+            raise AssertionError(f"conductor serve did not start; stderr:\n{self.stderr}")
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+    def _pump_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.stderr_lines.append(line)
+            if line.startswith("listening on "):
+                self._listening.put(line.split()[2])
+        self._listening.put(None)
+
+    def _pump_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        self.stdout = self.proc.stdout.read()
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.stderr_lines)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def connect(self, token: str | None = TOKEN, **kwargs: Any) -> WsPeer:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return WsPeer(self.url, headers=headers, **kwargs)
+
+    def wait_for_log(self, fragment: str) -> None:
+        wait_until(lambda: fragment in self.stderr, what=f"log line {fragment!r}")
+
+    def terminate(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(timeout=TIMEOUT + 10)
+
+    def kill(self) -> None:
+        tree = descendants(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """Start `conductor serve` subprocesses; all (and whatever they started) go at teardown."""
+    started: list[Served] = []
+
+    def start(chain: Path, *args: str, **kwargs: Any) -> Served:
+        served = Served(chain, *args, **kwargs)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.kill()
+
+
+class WsPeer:
+    """An editor over WebSocket, played by the `websockets` package (written by nobody here)."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None, **kwargs: Any) -> None:
+        from websockets.sync.client import connect
+
+        kwargs.setdefault("max_size", None)
+        kwargs.setdefault("proxy", None)
+        kwargs.setdefault("legacy", True)  # a plain connection object, closed by the test
+        self.ws = connect(url, additional_headers=headers or {}, open_timeout=TIMEOUT, **kwargs)
+
+    @property
+    def connection_id(self) -> str | None:
+        response = self.ws.response
+        assert response is not None
+        return response.headers.get("Acp-Connection-Id")
+
+    def send(self, message: Any) -> None:
+        self.ws.send(json.dumps(message))
+
+    def request(self, id: Any, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def read(self, timeout: float = TIMEOUT) -> Any:
+        try:
+            frame = self.ws.recv(timeout=timeout)
+        except TimeoutError:
+            raise AssertionError(f"no message within {timeout}s") from None
+        assert isinstance(frame, str), "JSON-RPC travels in text frames"
+        return json.loads(frame)
+
+    def read_until(self, predicate: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
+        seen = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.read(max(0.01, deadline - time.monotonic()))
+            if predicate(message):
+                return seen, message
+            seen.append(message)
+
+    def response(self, id: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
+        return self.read_until(
+            lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout
+        )
+
+    def start_session(self) -> str:
+        self.request(0, "initialize", init_params())
+        _, response = self.response(0)
+        assert "result" in response, response
+        self.request(1, "session/new", {"cwd": "/tmp", "mcpServers": []})
+        _, response = self.response(1)
+        assert "result" in response, response
+        return str(response["result"]["sessionId"])
+
+    def closed_with(self, timeout: float = TIMEOUT) -> tuple[int, str]:
+        """Wait for the server's close frame; return its code and reason."""
+        from websockets.exceptions import ConnectionClosed
+
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                self.ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        except ConnectionClosed as exc:
+            assert exc.rcvd is not None, f"no close frame from the server: {exc}"
+            return exc.rcvd.code, exc.rcvd.reason
+        except TimeoutError:
+            raise AssertionError(f"the server did not close within {timeout}s") from None
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def refusal(url: str, **kwargs: Any) -> tuple[int, str]:
+    """Try to open a WebSocket that the server must refuse; return the HTTP status and body."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    kwargs.setdefault("proxy", None)
+    kwargs.setdefault("legacy", True)
+    try:
+        connect(url, open_timeout=TIMEOUT, **kwargs).close()
+    except InvalidStatus as exc:
+        return exc.response.status_code, exc.response.body.decode()
+    raise AssertionError(f"{url} accepted the connection")

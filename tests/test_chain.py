@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +13,16 @@ from conftest import ROOT
 from conductor.chain import load_chain
 
 
-def _conductor(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+def _conductor(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "conductor", *args],
         input=stdin,
         capture_output=True,
         cwd=ROOT,
         timeout=30,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -67,6 +71,53 @@ BAD_FILES = [
     ),
     ("cwd missing", '[agent]\ncommand = ["python3"]\ncwd = "nope"\n', ["'cwd'", "is not a folder"]),
     ("proxy not array", '[proxy]\ncommand = ["python3"]\n', ["[[proxy]]"]),
+    (
+        "url and command",
+        '[agent]\ncommand = ["python3"]\nurl = "ws://h:1/acp"\n',
+        ["both 'command' and 'url'", "'url'", "line 3"],
+    ),
+    (
+        "url and plugin",
+        '[[proxy]]\nurl = "ws://h:1/acp"\nplugin = "proxies.arrow:ArrowProxy"\n',
+        ["both 'plugin' and 'url'", "line 3"],
+    ),
+    (
+        "url scheme",
+        '[agent]\nurl = "http://h:1/acp"\n',
+        ["ws:// or wss://", "'url'", "line 2"],
+    ),
+    ("url without host", '[agent]\nurl = "ws:///acp"\n', ["no host", "'url'"]),
+    ("url bad port", '[agent]\nurl = "ws://h:99999/acp"\n', ["bad url", "'url'"]),
+    (
+        "url unset variable",
+        '[agent]\nurl = "ws://${ACP_TEST_SURELY_UNSET_HOST}:1/acp"\n',
+        ["ACP_TEST_SURELY_UNSET_HOST is not set", "'url'", "line 2"],
+    ),
+    (
+        "header unset variable",
+        '[agent]\nurl = "ws://h:1/acp"\nheaders = { Authorization = "Bearer ${ACP_TEST_SURELY_UNSET}" }\n',
+        ["ACP_TEST_SURELY_UNSET is not set", "'headers'", "line 3"],
+    ),
+    (
+        "headers not strings",
+        '[agent]\nurl = "ws://h:1/acp"\nheaders = { X-Count = 1 }\n',
+        ["'headers' must be a table of strings"],
+    ),
+    (
+        "handshake header",
+        '[agent]\nurl = "ws://h:1/acp"\nheaders = { Sec-WebSocket-Key = "x" }\n',
+        ["set by the WebSocket handshake"],
+    ),
+    (
+        "env with url",
+        '[agent]\nurl = "ws://h:1/acp"\nenv = { A = "b" }\n',
+        ["'env' applies to a command or plugin, not a url"],
+    ),
+    (
+        "headers with command",
+        '[agent]\ncommand = ["python3"]\nheaders = { A = "b" }\n',
+        ["'headers' applies to a remote component (url)"],
+    ),
     (
         "second proxy bad",
         '[[proxy]]\ncommand = ["python3"]\n[[proxy]]\ncommand = ["python3"]\nname = 5\n[agent]\ncommand = ["python3"]\n',
@@ -144,6 +195,36 @@ def test_chain_without_agent_is_proxy_mode(tmp_path: Path) -> None:
 def test_version_and_help() -> None:
     done = _conductor("--version")
     assert done.returncode == 0 and b"conductor, version" in done.stdout
-    for command in ["run", "check", "prompt"]:
+    for command in ["run", "check", "prompt", "serve"]:
         done = _conductor(command, "--help")
         assert done.returncode == 0 and b"Usage" in done.stdout, command
+
+
+def test_remote_components_expand_variables_and_check_hides_secrets(tmp_path: Path) -> None:
+    chain = tmp_path / "remote.toml"
+    chain.write_text(
+        '[[proxy]]\nurl = "wss://${ACP_TEST_HOST}:9443/acp?access_token=${ACP_TEST_SECRET}"\n'
+        'dialect = "plain"\n'
+        '[agent]\nname = "box"\nurl = "ws://${ACP_TEST_HOST}:9000"\n'
+        'headers = { Authorization = "Bearer ${ACP_TEST_SECRET}", X-Team = "a" }\n'
+    )
+    env = {"ACP_TEST_HOST": "build-box", "ACP_TEST_SECRET": "hunter2-secret"}
+    done = _conductor("check", str(chain), env=env)
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr
+    assert "proxy 'remote': wss://build-box:9443/acp?access_token=***" in out
+    assert "dialect=plain" in out
+    # A bare host:port means the ACP endpoint, /acp.
+    assert "agent 'box': ws://build-box:9000/acp" in out
+    assert "headers=Authorization,X-Team" in out
+    assert "hunter2" not in out + done.stderr.decode()
+    os.environ.update(env)
+    try:
+        loaded = load_chain(chain)
+    finally:
+        for key in env:
+            del os.environ[key]
+    agent = loaded.agent
+    assert agent is not None and agent.url == "ws://build-box:9000/acp"
+    assert agent.headers == {"Authorization": "Bearer hunter2-secret", "X-Team": "a"}
+    assert "hunter2" not in repr(agent)
