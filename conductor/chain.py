@@ -254,13 +254,7 @@ class _Resolver:
             cwd = Path(os.path.normpath(self.folder / table["cwd"]))
             if not cwd.is_dir():
                 raise self.fail(f"{label}: 'cwd' {str(cwd)!r} is not a folder", "cwd", section)
-        dialect = table.get("dialect", "auto")
-        if dialect not in DIALECTS:
-            raise self.fail(
-                f"{label}: 'dialect' must be one of {list(DIALECTS)}", "dialect", section
-            )
-        if role == "agent" and "dialect" in table:
-            raise self.fail("[agent]: 'dialect' applies to proxies only", "dialect", section)
+        dialect = self.dialect(table, role, label, section)
         command = self.command(table["command"], env, label, section)
         name = table.get("name") or _default_name(table["command"], role)
         if not isinstance(name, str) or name == "editor":
@@ -339,13 +333,7 @@ class _Resolver:
                     f"{label}: header {name!r} has a line break in its value", "headers", section
                 )
             headers[name] = expanded
-        dialect = table.get("dialect", "auto")
-        if dialect not in DIALECTS:
-            raise self.fail(
-                f"{label}: 'dialect' must be one of {list(DIALECTS)}", "dialect", section
-            )
-        if role == "agent" and "dialect" in table:
-            raise self.fail("[agent]: 'dialect' applies to proxies only", "dialect", section)
+        dialect = self.dialect(table, role, label, section)
         name = table.get("name") or "remote"
         if not isinstance(name, str) or name == "editor":
             raise self.fail(
@@ -389,6 +377,19 @@ class _Resolver:
         # The ACP transport serves at /acp; a bare host:port means that endpoint.
         path = parts.path or ACP_PATH
         return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+    def dialect(
+        self, table: dict[str, Any], role: str, label: str, section: tuple[str, int]
+    ) -> str:
+        """The proxy dialect a component asks for ("auto" unless given)."""
+        dialect = table.get("dialect", "auto")
+        if dialect not in DIALECTS:
+            raise self.fail(
+                f"{label}: 'dialect' must be one of {list(DIALECTS)}", "dialect", section
+            )
+        if role == "agent" and "dialect" in table:
+            raise self.fail("[agent]: 'dialect' applies to proxies only", "dialect", section)
+        return str(dialect)
 
     def command(
         self, value: Any, env: dict[str, str], label: str, section: tuple[str, int]

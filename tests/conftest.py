@@ -25,7 +25,44 @@ PY = sys.executable
 TIMEOUT = 15.0
 
 
-class Peer:
+class JsonRpcTalk:
+    """What every test peer does on top of `send` and `read`: requests, waiting for answers."""
+
+    def send(self, message: Any) -> None:
+        raise NotImplementedError
+
+    def read(self, timeout: float = TIMEOUT) -> Any:
+        raise NotImplementedError
+
+    def request(self, id: Any, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def read_until(self, predicate: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
+        """Read messages until one satisfies `predicate`; return (the others, that one)."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.read(max(0.01, deadline - time.monotonic()))
+            if predicate(message):
+                return seen, message
+            seen.append(message)
+
+    def response(self, id: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
+        return self.read_until(
+            lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout
+        )
+
+
+class Peer(JsonRpcTalk):
     """A subprocess spoken to with newline-delimited JSON; stdout lines are queued by a thread."""
 
     def __init__(self, argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None):
@@ -65,18 +102,6 @@ class Peer:
     def send(self, message: Any) -> None:
         self.send_raw(json.dumps(message).encode())
 
-    def request(self, id: Any, method: str, params: Any = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-
-    def notify(self, method: str, params: Any = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-
     def read_raw(self, timeout: float = TIMEOUT) -> bytes:
         try:
             line = self.lines.get(timeout=timeout)
@@ -89,21 +114,6 @@ class Peer:
 
     def read(self, timeout: float = TIMEOUT) -> Any:
         return json.loads(self.read_raw(timeout))
-
-    def read_until(self, predicate: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
-        """Read messages until one satisfies `predicate`; return (the others, that one)."""
-        seen = []
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.read(max(0.01, deadline - time.monotonic()))
-            if predicate(message):
-                return seen, message
-            seen.append(message)
-
-    def response(self, id: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
-        return self.read_until(
-            lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout
-        )
 
     def assert_silent(self, seconds: float = 0.3) -> None:
         try:
@@ -483,7 +493,7 @@ def serve() -> Iterator[Any]:
         served.kill()
 
 
-class WsPeer:
+class WsPeer(JsonRpcTalk):
     """An editor over WebSocket, played by the `websockets` package (written by nobody here)."""
 
     def __init__(self, url: str, headers: dict[str, str] | None = None, **kwargs: Any) -> None:
@@ -503,12 +513,6 @@ class WsPeer:
     def send(self, message: Any) -> None:
         self.ws.send(json.dumps(message))
 
-    def request(self, id: Any, method: str, params: Any = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-
     def read(self, timeout: float = TIMEOUT) -> Any:
         try:
             frame = self.ws.recv(timeout=timeout)
@@ -516,20 +520,6 @@ class WsPeer:
             raise AssertionError(f"no message within {timeout}s") from None
         assert isinstance(frame, str), "JSON-RPC travels in text frames"
         return json.loads(frame)
-
-    def read_until(self, predicate: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
-        seen = []
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.read(max(0.01, deadline - time.monotonic()))
-            if predicate(message):
-                return seen, message
-            seen.append(message)
-
-    def response(self, id: Any, timeout: float = TIMEOUT) -> tuple[list[Any], Any]:
-        return self.read_until(
-            lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout
-        )
 
     def start_session(self) -> str:
         self.request(0, "initialize", init_params())

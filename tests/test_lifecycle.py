@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from conftest import (
     allow_permission,
     demo_agent_block,
+    descendants,
     prompt_params,
     proxy_block,
     script_agent_block,
@@ -35,24 +35,6 @@ def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
 
 
 def test_dying_agent_fails_pending_requests_with_its_cause(make_chain, conductor):
@@ -90,7 +72,7 @@ def test_stdin_eof_leaves_no_process_behind(make_chain, conductor, tmp_path, set
     chain = make_chain(proxy_block() + script_agent_block("--grandchild", str(pidfile), *extra))
     peer = conductor(chain)
     start_session(peer)
-    tree = _descendants(peer.proc.pid)
+    tree = descendants(peer.proc.pid)
     grandchild = int(pidfile.read_text())
     assert grandchild in tree and len(tree) >= 3
     peer.close_stdin()
@@ -103,7 +85,7 @@ def test_sigterm_stops_a_stubborn_agent(make_chain, conductor):
     chain = make_chain(script_agent_block("--stubborn"))
     peer = conductor(chain, env={})
     start_session(peer)
-    tree = _descendants(peer.proc.pid)
+    tree = descendants(peer.proc.pid)
     started = time.monotonic()
     peer.proc.send_signal(signal.SIGTERM)
     assert peer.wait(timeout=15) == 0
