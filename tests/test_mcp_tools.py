@@ -12,7 +12,14 @@ import json
 from typing import Any, Literal
 
 import pytest
-from conftest import plugin_block, prompt_params, read_jsonl, script_agent_block, start_session
+from conftest import (
+    demo_agent_block,
+    plugin_block,
+    prompt_params,
+    read_jsonl,
+    script_agent_block,
+    start_session,
+)
 
 from conductor.mcp_schema import input_schema
 
@@ -247,3 +254,22 @@ def test_a_provider_that_dies_fails_its_open_requests(make_chain, conductor, tmp
     # The agent's mcp/message was answered with the provider's death, not left hanging.
     answers = [m for m in read_jsonl(record) if m.get("id") == 1000 and "method" not in m]
     assert answers and "exited with status 3" in answers[0]["error"]["message"], answers
+
+
+def test_every_session_setup_gets_a_declaration(make_chain, conductor, tmp_path):
+    """session/resume too (v2 demo agent): the tools follow the session wherever it is opened."""
+    record = tmp_path / "agent.jsonl"
+    chain = make_chain(
+        plugin_block("tests.fixtures.plugins:Toolbox", "inprocess", "tools")
+        + demo_agent_block("--record", str(record))
+    )
+    peer = conductor(chain)
+    session = start_session(peer, version=2)
+    peer.request(5, "session/resume", {"sessionId": session, "cwd": "/tmp"})
+    _, resumed = peer.response(5)
+    assert "result" in resumed, resumed
+    setups = [m for m in read_jsonl(record) if m.get("method") in ("session/new", "session/resume")]
+    servers = [[s["name"] for s in m["params"]["mcpServers"]] for m in setups]
+    assert servers == [["toolbox"], ["toolbox"]]
+    ids = {m["params"]["mcpServers"][0]["serverId"] for m in setups}
+    assert len(ids) == 2
