@@ -169,6 +169,15 @@ def chain_file(folder: Path, proxies: int, agent: list[str], plugin: str | None 
     return path
 
 
+def remote_chain(folder: Path, served: Served) -> Path:
+    """A chain whose agent is the served chain `served`, reached over WebSocket."""
+    path = folder / f"remote-{served.url.rsplit(':', 1)[1].split('/')[0]}.toml"
+    path.write_text(
+        f'[agent]\nurl = "{served.url}"\nheaders = {{ Authorization = "Bearer {Served.TOKEN}" }}\n'
+    )
+    return path
+
+
 THINKWELL = ROOT / "bench" / "node_modules" / "@thinkwell" / "conductor"
 
 
@@ -290,6 +299,10 @@ def main() -> None:
             ]
             configs["conductor serve, 0 proxies, loopback WebSocket"] = servers[0]
             stream_configs["conductor serve, 0 proxies, loopback WebSocket"] = servers[1]
+            # A local conductor whose agent is `url =` a served chain (pipe, then WebSocket).
+            remote = "conductor run, agent at url = (served, loopback)"
+            configs[remote] = conductor(remote_chain(folder, servers[0]))
+            stream_configs[remote] = conductor(remote_chain(folder, servers[1]))
         if THINKWELL.exists() and shutil.which("node") and not args.no_thinkwell:
             for n in (0, 1, 3):
                 name = f"thinkwell, {n} proxies"
