@@ -12,6 +12,7 @@ import json
 
 import pytest
 from conftest import (
+    ROOT,
     init_params,
     plugin_block,
     polyfill_block,
@@ -101,3 +102,22 @@ def test_polyfill_output_is_schema_valid(make_chain, conductor, tmp_path, versio
     [new] = [m for m in read_jsonl(record) if m.get("method") == "session/new"]
     [declared] = new["params"]["mcpServers"]
     assert ("url" in declared) == (transport == "http")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_demo_tool_turn_is_schema_valid(conductor, version):
+    """chains/mcp-tools.toml: the demo agent's tool call updates, as the editor gets them."""
+    peer = conductor(ROOT / "chains" / "mcp-tools.toml")
+    _, session = _editor_session(peer, version)
+    check = validator(version)
+    params = prompt_params(session, 'use tool word_count {"text":"a b"}')
+    peer.request(5, "session/prompt", params)
+    check.record({"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params": params}, CLIENT)
+    updates, response = peer.response(5)
+    kinds = []
+    for message in [*updates, response]:
+        check.check_message(message, AGENT)
+        if message.get("method") == "session/update":
+            kinds.append(message["params"]["update"]["sessionUpdate"])
+    assert ("tool_call" if version == 1 else "tool_call_update") in kinds
+    assert kinds.count("tool_call_update") >= 1
