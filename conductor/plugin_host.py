@@ -154,7 +154,7 @@ class PluginHost:
         if method == CANCEL:
             self._on_cancel(source, message.get("params"))
             return
-        if method == "mcp/message" and "id" not in message and self.mcp_listeners:
+        if self.mcp_listeners and method == "mcp/message" and "id" not in message:
             params = message.get("params")
             if isinstance(params, dict):
                 listener = self.mcp_listeners.get((params.get("serverId"), params.get("requestId")))
