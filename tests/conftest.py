@@ -61,6 +61,11 @@ class JsonRpcTalk:
             lambda m: isinstance(m, dict) and m.get("id") == id and "method" not in m, timeout
         )
 
+    def prompt(self, id: Any, session: str, text: str) -> tuple[list[Any], Any]:
+        """Send a text `session/prompt`; return (what came before its answer, the answer)."""
+        self.request(id, "session/prompt", prompt_params(session, text))
+        return self.response(id)
+
 
 class Peer(JsonRpcTalk):
     """A subprocess spoken to with newline-delimited JSON; stdout lines are queued by a thread."""
@@ -229,6 +234,16 @@ def agent_text(messages: list[Any]) -> str:
         ):
             out.append(update["content"]["text"])
     return "".join(out)
+
+
+def texts(events: list[dict[str, Any]]) -> list[str]:
+    """The agent message chunks of an SDK client's transcript (its JSON Lines events)."""
+    return [
+        e["params"]["update"]["content"]["text"]
+        for e in events
+        if e["event"] == "update"
+        and e["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
 
 
 def read_jsonl(path: Path) -> list[Any]:

@@ -36,8 +36,7 @@ def test_prefix_example(make_chain, conductor, mode):
     )
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "hello"))
-    updates, _ = peer.response(5)
+    updates, _ = peer.prompt(5, session, "hello")
     assert agent_text(updates) == ">> You said>> : hello"
 
 
@@ -49,8 +48,7 @@ def test_counter_example(make_chain, conductor):
     peer = conductor(chain)
     session = start_session(peer)
     for i in (1, 2):
-        peer.request(i + 10, "session/prompt", prompt_params(session, "hi"))
-        updates, _ = peer.response(i + 10)
+        updates, _ = peer.prompt(i + 10, session, "hi")
         assert agent_text(updates) == f"You said: (prompt {i})\nhi"
     peer.request(20, "_counter/get", {"sessionId": session})
     _, answer = peer.response(20)
@@ -63,8 +61,7 @@ def test_both_ways_example(make_chain, conductor):
     )
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "hi"))
-    updates, response = peer.response(5)
+    updates, response = peer.prompt(5, session, "hi")
     note = next(m for m in updates if m.get("method") == "_audit/prompt")
     assert note["params"] == {"agentSaid": {"params": {"audit": True}}, "stopReason": "end_turn"}
     assert response["result"]["stopReason"] == "end_turn"
@@ -76,8 +73,7 @@ def test_quiet_example_passes_other_updates(make_chain, conductor):
     )
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "hi"))
-    updates, _ = peer.response(5)
+    updates, _ = peer.prompt(5, session, "hi")
     assert agent_text(updates) == "You said: hi"
 
 

@@ -23,7 +23,6 @@ from conftest import (
     declarations,
     plugin_block,
     polyfill_block,
-    prompt_params,
     run_mcp_client,
     script_agent_block,
     start_session,
@@ -113,8 +112,7 @@ def test_ts_caller_agent_calls_plugin_tools_natively(make_chain, conductor):
     session = start_session(peer)
 
     def ask(request_id, text):
-        peer.request(request_id, "session/prompt", prompt_params(session, text))
-        updates, response = peer.response(request_id)
+        updates, response = peer.prompt(request_id, session, text)
         assert response["result"]["stopReason"] == "end_turn", response
         return json.loads(agent_text(updates))
 

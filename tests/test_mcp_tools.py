@@ -247,8 +247,7 @@ def test_a_provider_that_dies_fails_its_open_requests(make_chain, conductor, tmp
     peer = conductor(chain)
     session = start_session(peer)
     spec = {"method": "tools/call", "params": {"name": "die", "arguments": {}}}
-    peer.request(10, "session/prompt", prompt_params(session, "mcpcall " + json.dumps(spec)))
-    _, response = peer.response(10)
+    _, response = peer.prompt(10, session, "mcpcall " + json.dumps(spec))
     assert "tools" in response["error"]["message"]
     assert peer.wait() == 1
     # The agent's mcp/message was answered with the provider's death, not left hanging.

@@ -36,8 +36,7 @@ def test_prompt_is_modified_and_local_answers_stay_local(make_chain, conductor, 
     )
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "hello"))
-    updates, response = peer.response(5)
+    updates, response = peer.prompt(5, session, "hello")
     assert response["result"]["stopReason"] == "end_turn"
     assert agent_text(updates) == "You said: [ctx]\nhello"
     peer.request(6, "_test/local", {"sessionId": session})
@@ -64,8 +63,7 @@ def test_raising_hook_answers_with_an_error_and_the_chain_keeps_serving(
     )
     assert error["data"]["proxy"] == "boomer"
     # A notification hook that raised: the update goes on as it arrived, not half-modified.
-    peer.request(6, "session/prompt", prompt_params(session, "still here"))
-    updates, response = peer.response(6)
+    updates, response = peer.prompt(6, session, "still here")
     assert response["result"]["stopReason"] == "end_turn"
     assert agent_text(updates) == "You said: still here"
     peer.close_stdin()
@@ -81,8 +79,7 @@ def test_plugin_sends_its_own_request_mid_prompt(make_chain, conductor, tmp_path
     )
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "hi"))
-    updates, response = peer.response(5)
+    updates, response = peer.prompt(5, session, "hi")
     assert response["result"]["stopReason"] == "end_turn"
     note = next(m for m in updates if m.get("method") == "_asker/done")
     assert note["params"] == {
@@ -115,8 +112,7 @@ def test_plugin_answers_permission_requests(make_chain, conductor, mode):
     )
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "permission please"))
-    updates, response = peer.response(5)
+    updates, response = peer.prompt(5, session, "permission please")
     assert not [u for u in updates if u.get("method") == "session/request_permission"]
     assert "granted" in agent_text(updates)
     assert response["result"]["stopReason"] == "end_turn"
@@ -130,8 +126,7 @@ def test_order_is_kept_behind_slow_hooks(make_chain, conductor, mode):
     peer = conductor(chain)
     session = start_session(peer)
     text = "abcdefghijklmnopqrstuvwxyz0123456789"
-    peer.request(5, "session/prompt", prompt_params(session, text))
-    updates, response = peer.response(5)
+    updates, response = peer.prompt(5, session, text)
     assert agent_text(updates) == "You said: " + text
     assert response["result"]["stopReason"] == "end_turn"
 

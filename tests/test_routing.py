@@ -229,8 +229,7 @@ def test_updates_arrive_before_the_prompt_response_in_order(make_chain, conducto
     chain = make_chain(proxy_block() + script_agent_block("--flood", "200"))
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(3, "session/prompt", prompt_params(session, "go"))
-    updates, response = peer.response(3)
+    updates, response = peer.prompt(3, session, "go")
     assert response["result"]["stopReason"] == "end_turn"
     numbers = [int(u["params"]["update"]["content"]["text"][:8]) for u in updates]
     assert numbers == list(range(200))
@@ -305,8 +304,7 @@ def test_dialect_plain_proxy_is_answered_in_its_form(make_chain, conductor, tmp_
     chain = make_chain(proxy_block("--dialect", "plain", "--log", str(log)) + demo_agent_block())
     peer = conductor(chain)
     session = start_session(peer)
-    peer.request(5, "session/prompt", prompt_params(session, "hi"))
-    updates, response = peer.response(5)
+    updates, response = peer.prompt(5, session, "hi")
     assert "result" in response and agent_text(updates)
     received = read_jsonl(log)
     wrapped = [m["method"] for m in received if "successor" in m.get("method", "")]

@@ -24,6 +24,7 @@ from conftest import (
     conductor_command,
     prompt_params,
     start_session,
+    texts,
 )
 
 PEERS = ROOT / "tests" / "peers"
@@ -94,15 +95,6 @@ def run_client(command: list[str], *client_args: str, timeout: float = 30) -> Ru
 
 def prompt_args(prompts: list[str]) -> list[str]:
     return [arg for text in prompts for arg in ("--prompt", text)]
-
-
-def texts(events: list[dict[str, Any]]) -> list[str]:
-    return [
-        e["params"]["update"]["content"]["text"]
-        for e in events
-        if e["event"] == "update"
-        and e["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
-    ]
 
 
 def normalize_session_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

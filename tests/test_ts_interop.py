@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ECHO_WITH_PERMISSION_EVENTS, PY, ROOT, chain_around, conductor_command
+from conftest import (
+    ECHO_WITH_PERMISSION_EVENTS,
+    PY,
+    ROOT,
+    chain_around,
+    conductor_command,
+    texts,
+)
 
 INTEROP = ROOT / "tests" / "interop"
 TS_CLIENT = INTEROP / "ts_client.mjs"
@@ -129,15 +136,6 @@ def normalize_session_ids(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         text = text.replace(json.dumps(event["result"]["sessionId"]), f'"<session-{n + 1}>"')
     normalized: list[dict[str, Any]] = json.loads(text)
     return normalized
-
-
-def texts(events: list[dict[str, Any]]) -> list[str]:
-    return [
-        e["params"]["update"]["content"]["text"]
-        for e in events
-        if e["event"] == "update"
-        and e["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
-    ]
 
 
 def diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:

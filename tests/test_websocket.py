@@ -62,8 +62,7 @@ def test_a_served_chain_speaks_acp_over_websocket(make_chain, serve):
     peer = served.connect()
     uuid.UUID(peer.connection_id)  # the 101 carries Acp-Connection-Id
     session = peer.start_session()
-    peer.request(2, "session/prompt", prompt_params(session, "hello"))
-    updates, response = peer.response(2)
+    updates, response = peer.prompt(2, session, "hello")
     assert response["result"]["stopReason"] == "end_turn"
     assert "hello" in agent_text(updates)
     peer.close()
@@ -108,8 +107,7 @@ def test_bursts_and_big_messages_keep_their_order_and_bytes(make_chain, serve):
     served = serve(make_chain(proxy_block() + script_agent_block("--flood", "3000")))
     peer = served.connect()
     session = peer.start_session()
-    peer.request(2, "session/prompt", prompt_params(session, "flood"))
-    updates, response = peer.response(2)
+    updates, response = peer.prompt(2, session, "flood")
     assert response["result"]["stopReason"] == "end_turn"
     texts = [m["params"]["update"]["content"]["text"][:8] for m in updates]
     assert texts == [f"{i:08d}" for i in range(3000)]
@@ -193,8 +191,7 @@ def test_a_vanished_client_leaves_no_process_and_spares_other_connections(
     second.ws.socket.close()  # vanish without a close frame
     wait_until(lambda: not any(alive(pid) for pid in mine), what="the dropped chain gone")
     assert all(alive(pid) for pid in survivors)
-    other.request(5, "session/prompt", prompt_params("s-1", "still served"))
-    _, response = other.response(5)
+    _, response = other.prompt(5, "s-1", "still served")
     assert response["result"]["stopReason"] == "end_turn"
 
 
@@ -337,8 +334,7 @@ def test_connection_limit_closes_with_a_reason(make_chain, serve):
     second = served.connect()
     code, reason = second.closed_with()
     assert code == 1013 and "--max-connections" in reason
-    first.request(2, "session/prompt", prompt_params("sess-1", "unaffected"))
-    _, response = first.response(2)
+    _, response = first.prompt(2, "sess-1", "unaffected")
     assert response["result"]["stopReason"] == "end_turn"
     first.close()
     served.wait_for_log("closed after")

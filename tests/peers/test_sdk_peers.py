@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import texts
 
 PEERS = Path(__file__).resolve().parent
 SDK_CLIENT = PEERS / "sdk_client.py"
@@ -27,15 +28,6 @@ def run_client(
     )
     events = [json.loads(line) for line in proc.stdout.decode("utf-8").splitlines()]
     return proc.returncode, events, proc.stderr.decode("utf-8", "replace")
-
-
-def texts(events: list[dict[str, Any]]) -> list[str]:
-    return [
-        e["params"]["update"]["content"]["text"]
-        for e in events
-        if e["event"] == "update"
-        and e["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
-    ]
 
 
 def test_echo_two_prompts() -> None:
