@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-import trio
 
 from . import __version__
 from .chain import Chain, ChainError, load_chain
-from .plugin import PluginError, instantiate, load_factory
+from .plugin import PluginError, load_factory
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -116,6 +115,7 @@ def run(settings: dict[str, Any], chain: str, grace: float) -> None:
     Exits 0 when the editor closes stdin (or on SIGTERM/SIGINT), 1 when a
     component dies, 2 for a bad chain file.
     """
+    from . import loop
     from .runner import ChainRunner
     from .trace import Tracer
 
@@ -125,7 +125,7 @@ def run(settings: dict[str, Any], chain: str, grace: float) -> None:
         runner = ChainRunner(loaded, grace=grace, reap_orphans=True, trace=trace)
     except PluginError as exc:
         _fail(f"{loaded.path}: {exc}")
-    sys.exit(trio.run(runner.run))
+    sys.exit(loop.run(runner.run))
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -440,7 +440,9 @@ def proxy(plugin: str, options: tuple[str, ...], name: str | None) -> None:
       [[proxy]]
       command = ["conductor", "proxy", "proxies.arrow:ArrowProxy", "-o", "prefix=>> "]
     """
-    from .standalone import run_standalone
+    from . import loop
+    from .runner import ChainRunner
+    from .standalone import standalone_chain
 
     values: dict[str, Any] = {}
     for item in options:
@@ -448,11 +450,13 @@ def proxy(plugin: str, options: tuple[str, ...], name: str | None) -> None:
         if not sep or not key:
             _fail(f"--option {item!r}: expected KEY=VALUE")
         values[key] = _option_value(value)
+    shown = name or plugin.rpartition(":")[0].rpartition(".")[2] or plugin
     try:
-        instance = instantiate(plugin, load_factory(plugin, Path.cwd()), values)
+        chain = standalone_chain(plugin, load_factory(plugin, Path.cwd()), values, shown)
+        runner = ChainRunner(chain, reap_orphans=True)  # makes the plugin: bad options end here
     except PluginError as exc:
         _fail(str(exc))
-    run_standalone(instance, name or plugin.rpartition(":")[0].rpartition(".")[2] or plugin)
+    sys.exit(loop.run(runner.run))
 
 
 @cli.group()

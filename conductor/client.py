@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import trio
 
-from .fdio import LineSplitter
+from .framing import LineSplitter
 from .wsio import ConnectionClosed, WebSocketConnection, describe_close
 
 log = logging.getLogger("conductor.client")

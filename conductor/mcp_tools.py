@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
+from . import protocol
 from .mcp_schema import input_schema
 
 if TYPE_CHECKING:
-    from .plugin import Call, Context
+    from .call import Call, Context
     from .plugin_host import PluginHost
 
 __all__ = [
@@ -48,17 +49,16 @@ META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
-SETUP_METHODS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+SETUP_METHODS = protocol.SESSION_SETUP
 MAX_ACTIVE_REQUESTS = 64  # per server; more at once is answered -33000
 
 # Outer (ACP binding) error codes, as the MCP-over-ACP binding publishes them.
-INVALID_PARAMS = -32602
-REQUEST_CANCELLED = -32800
-TOO_MANY_REQUESTS = -33000
-UNKNOWN_SERVER = -33001
-HANDLER_FAILED = -33002
+INVALID_PARAMS = protocol.INVALID_PARAMS
+TOO_MANY_REQUESTS = protocol.TOO_MANY_MCP_REQUESTS
+UNKNOWN_SERVER = protocol.UNKNOWN_MCP_SERVER
+HANDLER_FAILED = protocol.MCP_HANDLER_FAILED
 # Inner (MCP) error codes.
-METHOD_NOT_FOUND = -32601
+METHOD_NOT_FOUND = protocol.METHOD_NOT_FOUND
 UNSUPPORTED_VERSION = -32022
 
 _TOOL_ATTRIBUTE = "__conductor_tool__"
@@ -246,7 +246,7 @@ class McpToolServer:
             self.sessions[server_id] = call.session_id if call.method != "session/fork" else None
             if user_hook is not None:
                 await user_hook(call)
-            reply = call._reply if call._decided else await call.forward()
+            reply = call._reply if call.decided else await call.forward()
             result = reply.result if reply is not None and reply.ok else None
             if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
                 self.sessions[server_id] = result["sessionId"]

@@ -1,4 +1,4 @@
-"""Child processes of the chain: spawning, stderr forwarding, exit, and a clean kill.
+"""Child processes of the chain: spawning, exit, and a clean kill.
 
 Each child runs in its own process group so that the whole group (its own
 children included) can be terminated at shutdown. On Linux the conductor is
@@ -86,7 +86,7 @@ class ChildProcess:
         )
 
     async def watch_exit(self) -> None:
-        """Wait for the process to exit and record its status."""
+        """Wait for the process to exit and record its status (a pidfd: no polling)."""
         try:
             pidfd = os.pidfd_open(self.pid)
         except OSError:
@@ -104,36 +104,6 @@ class ChildProcess:
         log.info("%s %r exited with status %s", self.spec.role, self.name, self.returncode)
         self.exited.set()
 
-    async def forward_stderr(self, sink: StderrSink) -> None:
-        """Copy the child's stderr to ours, a line at a time, prefixed with its name."""
-        prefix = f"[{self.label}{self.name}] "
-        pending = b""
-        try:
-            while True:
-                try:
-                    data = os.read(self.stderr, 65536)
-                except BlockingIOError:
-                    try:
-                        await trio.lowlevel.wait_readable(self.stderr)
-                    except trio.ClosedResourceError:
-                        break
-                    continue
-                except OSError:
-                    break
-                if not data:
-                    break
-                *lines, pending = (pending + data).split(b"\n")
-                for line in lines:
-                    text = line.decode("utf-8", "replace").rstrip("\r")
-                    self.stderr_tail.append(text)
-                    sink.write(prefix + text)
-            if pending:
-                text = pending.decode("utf-8", "replace")
-                self.stderr_tail.append(text)
-                sink.write(prefix + text)
-        finally:
-            self.stderr_done.set()
-
     def describe_exit(self) -> str:
         code = self.returncode
         if code is None:
@@ -146,9 +116,8 @@ class ChildProcess:
         return f"exited with status {code}"
 
     def close_stdin(self) -> None:
+        """Close the child's stdin (its end of file); whoever wrote to it has stopped."""
         assert self.popen.stdin is not None
-        with contextlib.suppress(Exception):
-            trio.lowlevel.notify_closing(self.stdin)
         with contextlib.suppress(OSError):
             self.popen.stdin.close()
 
@@ -162,29 +131,11 @@ class ChildProcess:
                     os.kill(self.pid, signum)
 
     def close_pipes(self) -> None:
-        for stream in (self.popen.stdout, self.popen.stderr):
+        """Close our ends of the child's pipes (nothing watches them any more)."""
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             if stream is not None:
-                with contextlib.suppress(ValueError, OSError):
-                    trio.lowlevel.notify_closing(stream.fileno())
-                stream.close()
-
-
-class StderrSink:
-    """Writes lines to our stderr. A blocked stderr must never stall routing, so
-    lines are written without blocking and dropped (with a count) when it is full."""
-
-    def __init__(self, fd: int = 2) -> None:
-        self.fd = fd
-        self.dropped = 0
-
-    def write(self, text: str) -> None:
-        data = (text + "\n").encode("utf-8", "replace")
-        try:
-            os.write(self.fd, data)
-        except BlockingIOError:
-            self.dropped += 1
-        except OSError:
-            pass
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 async def stop_processes(

@@ -1,10 +1,12 @@
-"""One running chain instance: the router wired to real pipes and processes.
+"""One running chain instance: the router wired to real pipes, processes and sockets.
 
-Lifetimes are visible in `run`: one nursery holds the editor reader, every
-component's reader, stderr forwarder and exit watcher (or, for a remote
-component, its WebSocket), and the writers' drain tasks. The first
-`initialize` starts the components (lazily); the first of the editor leaving,
-a signal, or a component's death (or hang-up) ends the run.
+The pipes are served by the process's `Loop` (see `loop`), which feeds the
+router directly; this module is the control plane, in trio. Lifetimes are
+visible in `run`: one nursery holds the signal watcher, the editor's reader
+(a WebSocket's) and every component's exit watcher, remote connection and
+in-process plugin task. The router's `START_CHAIN` effect (the first valid
+`initialize`) starts the components in that nursery; the first of the editor
+leaving, a signal, or a component's death (or hang-up) ends the run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -21,24 +23,20 @@ import trio
 
 from . import wsio
 from .chain import Chain, ComponentSpec
-from .fdio import FdWriter, Writer, flush_all, read_lines
+from .flow import Flow, Peer
+from .links import ByteLink, Link, PluginLink
+from .loop import Loop, current_loop
+from .pipes import PipeReader, PipeWriter, StderrReader, StderrSink
 from .plugin_host import PluginHost
-from .process import (
-    ChildProcess,
-    StderrSink,
-    become_subreaper,
-    kill_adopted_orphans,
-    stop_processes,
-)
-from .router import Link, Router, SpawnError
+from .process import ChildProcess, become_subreaper, kill_adopted_orphans, stop_processes
+from .router import START_CHAIN, Router
 from .trace import Tracer
 
 log = logging.getLogger("conductor")
 
+__all__ = ["ChainRunner", "EditorEnd", "StdioEditor"]
+
 DEATH_REPORT_WAIT = 0.5  # how long to wait for a dying child's status and stderr
-
-
-Deliver = Callable[[list[bytes]], Awaitable[None] | None]
 
 
 class EditorEnd(Protocol):
@@ -48,17 +46,17 @@ class EditorEnd(Protocol):
     # the runner then lets requests in flight finish before it stops the chain.
     half_close: bool
 
-    def make_writer(self, dirty: list[Writer]) -> Writer:
-        """The writer for lines to the editor (created once, sharing the runner's dirty list)."""
+    def start(self, runner: ChainRunner) -> Callable[[bytes], None]:
+        """Start reading the editor into `runner.from_editor`; return how to send it a line.
+        Report its leaving with `runner.editor_left` (or `editor_vanished`)."""
         ...
 
-    def prepare(self) -> None: ...
+    @property
+    def idle(self) -> bool:
+        """Nothing is left to write to the editor."""
+        ...
 
     def restore(self) -> None: ...
-
-    async def read(self, deliver: Deliver) -> str:
-        """Hand the editor's lines to `deliver` until it is gone; say why it went."""
-        ...
 
     async def finish(self, runner: ChainRunner) -> None:
         """The chain has stopped and its last lines are out: close the editor's side."""
@@ -73,22 +71,37 @@ class StdioEditor:
     def __init__(self, fd_in: int = 0, fd_out: int = 1) -> None:
         self.fd_in = fd_in
         self.fd_out = fd_out
+        self.reader: PipeReader | None = None
+        self.writer: PipeWriter | None = None
 
-    def make_writer(self, dirty: list[Writer]) -> Writer:
-        return FdWriter(self.fd_out, "editor", dirty)
-
-    def prepare(self) -> None:
+    def start(self, runner: ChainRunner) -> Callable[[bytes], None]:
         for fd in (self.fd_in, self.fd_out):
             os.set_blocking(fd, False)
+        loop, flow, peer = runner.loop, runner.flow, runner.editor_peer
+        self.writer = PipeWriter(loop, self.fd_out, "editor", peer, flow)
+        self.writer.on_broken = runner.editor_vanished
+        self.reader = PipeReader(
+            loop,
+            self.fd_in,
+            "editor",
+            peer,
+            flow,
+            runner.from_editor,
+            lambda: runner.editor_left("the editor closed its input"),
+        )
+        return self.writer.send
+
+    @property
+    def idle(self) -> bool:
+        return self.writer is None or self.writer.idle or self.writer.broken
 
     def restore(self) -> None:
+        for part in (self.reader, self.writer):
+            if part is not None:
+                part.close()
         for fd in (self.fd_in, self.fd_out):
             with contextlib.suppress(OSError):
                 os.set_blocking(fd, True)
-
-    async def read(self, deliver: Deliver) -> str:
-        await read_lines(self.fd_in, deliver)
-        return "the editor closed its input"
 
     async def finish(self, runner: ChainRunner) -> None:
         return None
@@ -97,8 +110,10 @@ class StdioEditor:
 @attrs.define(eq=False)
 class _Component:
     process: ChildProcess
-    link: Link
-    writer: FdWriter
+    link: ByteLink
+    reader: PipeReader
+    writer: PipeWriter
+    stderr: StderrReader
     reported: bool = False
 
 
@@ -107,32 +122,15 @@ class _Remote:
     """A component served elsewhere, reached over a WebSocket we open."""
 
     spec: ComponentSpec
-    link: Link
+    link: ByteLink
     writer: wsio.WsWriter
+    gate: wsio.PauseGate
     ws: wsio.WebSocketConnection | None = None
     reported: bool = False
 
 
-class _RouterTransport:
-    """Carries an in-process plugin's messages into the router: Python objects, no JSON."""
-
-    def __init__(self, runner: ChainRunner, link: Link) -> None:
-        self.runner = runner
-        self.link = link
-
-    def send(self, to: str, message: dict[str, Any], raw: bytes | None) -> None:
-        self.runner.router.receive_from_plugin(self.link, to, message, raw)
-        flush_all(self.runner.dirty)
-        if self.runner.trace is not None:
-            self.runner.trace.flush()
-
-
-def _no_bytes(line: bytes) -> None:
-    raise AssertionError("an in-process plugin link was sent bytes")
-
-
 class ChainRunner:
-    """Runs `chain` for one editor until it ends.
+    """Runs `chain` for one editor until it ends (inside `loop.run`).
 
     `run` passes the default stdio editor and owns the process (signals,
     subreaper); `serve` passes a WebSocket editor per connection, a `tag` that
@@ -158,50 +156,67 @@ class ChainRunner:
         self.watch_signals = watch_signals
         self.tag = tag
         self.label = label
-        self.dirty: list[Writer] = []
-        self.editor_writer = self.editor_end.make_writer(self.dirty)
-        self.editor = Link("editor", self.editor_writer.send, is_proxy=False)
-        self.router = Router(self.editor, chain.proxy_mode, self._start_components)
-        self.router.trace = self.trace = trace
+        self.trace = trace
         self._wire_log = log.isEnabledFor(logging.DEBUG)
-        if self._wire_log:
-            self.editor.send = self._logged(self.editor_writer, "conductor -> editor")
+        self.flow = Flow()
+        # The editor reads whatever it is sent, whether or not we read it: not a blocking peer.
+        self.editor_peer = Peer("editor", blocking=False)
         self.components: list[_Component] = []
         self.remotes: list[_Remote] = []
-        self.component_writers: list[Writer] = []
         self.hosts: list[PluginHost] = []
         # Plugins are made before anything starts: a refusal stops the run right here.
         self.plugins = {c.name: c.make_plugin() for c in chain.proxies if c.plugin is not None}
         self.exit_code = 0
         self.end = ""  # why the run ended, in words (a served connection's close reason)
         self._done = trio.Event()
-        self._nursery: trio.Nursery | None = None
         self._stderr = StderrSink()
         self._closing = False
-        self._editor_gone = False
+        self._editor_gone = False  # it stopped writing
+        self._editor_vanished = False  # it cannot read either
+        self.loop: Loop = None  # type: ignore[assignment]  # set in run
+        self._nursery: trio.Nursery | None = None
+        self.router: Router = None  # type: ignore[assignment]
+        self.editor: ByteLink = None  # type: ignore[assignment]
 
     async def run(self) -> int:
         """Serve until the editor leaves, a signal arrives, or a component dies."""
-        self.editor_end.prepare()
+        self.loop = current_loop()
         if self.reap_orphans:
             become_subreaper()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self.editor_writer.drain_forever)
-                nursery.start_soon(self._read_editor)
+                # Nothing is read before this tick ends, so the router is there in time.
+                send = self.editor_end.start(self)
+                self.editor = ByteLink(
+                    "editor", self._logged(send, "editor") if self._wire_log else send
+                )
+                self.router = Router(self.editor, self.chain.proxy_mode, self._effect, self.trace)
+                if self.trace is not None:
+                    self.trace.attach(self.loop)
                 if self.watch_signals:
                     nursery.start_soon(self._watch_signals)
                 await self._done.wait()
                 await self._shutdown()
+                self._nursery = None  # nothing new starts once the chain is down
                 nursery.cancel_scope.cancel()
         finally:
+            self._nursery = None
             for component in self.components:
+                component.reader.close()
+                component.writer.close()
+                component.stderr.close()
                 component.process.close_pipes()
             if self.trace is not None:
                 self.trace.close()
             self.editor_end.restore()
         return self.exit_code
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The run's nursery (an editor end starts its tasks there)."""
+        assert self._nursery is not None
+        return self._nursery
 
     def stop(self, why: str) -> None:
         """End the run from outside (a served connection's server is shutting down)."""
@@ -209,72 +224,160 @@ class ChainRunner:
             self.end = why
             self._done.set()
 
+    # ---------------------------------------------------------------- editor
+
+    def from_editor(self, lines: list[bytes]) -> None:
+        """Lines from the editor (a flow-control burst of the editor's peer is open)."""
+        if self._wire_log:
+            self._log_lines("editor", lines)
+        receive, editor = self.router.receive, self.editor
+        for line in lines:
+            receive(editor, line)
+
+    def editor_left(self, why: str) -> None:
+        """The editor stopped writing (it may still read what is in flight)."""
+        log.info("%s%s; shutting down", self.label, why)
+        self._editor_gone = True
+        if not self._done.is_set():
+            self.end = why
+        self.loop.call_soon_trio(self._done.set)
+
+    def editor_vanished(self) -> None:
+        """Nothing can reach the editor any more (its end of our output is closed)."""
+        self._editor_vanished = True
+        self.router.editor.failure = {"message": "the editor went away", "component": "editor"}
+        self.editor_left("the editor went away")
+
     # ------------------------------------------------------------ components
 
-    def _start_components(self) -> list[Link]:
-        """Spawn every component (called by the router on the first initialize)."""
+    def _effect(self, effect: str) -> None:
+        """What the router asks for. `START_CHAIN`: hold the editor, start the components."""
+        assert effect == START_CHAIN
+        self.editor_peer.hold()
+        self.spawn(self._start_chain)
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Start `fn(*args)` in the run's nursery soon (from any context), unless the run
+        is over by then."""
+
+        def start() -> None:
+            if self._nursery is not None:
+                self._nursery.start_soon(fn, *args)
+
+        self.loop.call_soon_trio(start)
+
+    async def _start_chain(self) -> None:
+        links: list[Link] = []
+        try:
+            for spec in self.chain.components:
+                if spec.url is not None:
+                    links.append(self._start_remote(spec))
+                elif spec.plugin is not None:
+                    links.append(self._start_plugin(spec))
+                else:
+                    links.append(self._start_process(spec))
+        except OSError as exc:
+            # The editor gets the error; the chain cannot run half-started, so end it.
+            log.error("%s%s; shutting the chain down", self.label, exc)
+            self.router.chain_failed(str(exc))
+            self.exit_code = 1
+            self.end = str(exc)
+            self._done.set()
+        else:
+            self.router.chain_started(links)
+            for host in self.hosts:
+                host.start()
+        self.editor_peer.release()
+
+    def _start_plugin(self, spec: ComponentSpec) -> Link:
         assert self._nursery is not None
-        links = []
-        for spec in self.chain.components:
-            if spec.url is not None:
-                links.append(self._start_remote(spec))
-                continue
-            if spec.plugin is not None:
-                link = Link(spec.name, _no_bytes, is_proxy=True)
-                link.host = PluginHost(
-                    self.plugins[spec.name], spec.name, _RouterTransport(self, link)
-                )
-                self._nursery.start_soon(link.host.run)
-                links.append(link)
-                continue
-            try:
-                process = ChildProcess(spec, self.tag, self.label)
-            except OSError as exc:
-                # The editor gets the error; the chain cannot run half-started, so end it.
-                log.error("%s%s; shutting the chain down", self.label, exc)
-                self.exit_code = 1
-                self.end = str(exc)
-                self._done.set()
-                raise SpawnError(str(exc)) from None
-            writer = FdWriter(process.stdin, spec.name, self.dirty)
-            send = (
-                self._logged(writer, f"conductor -> {spec.name}") if self._wire_log else writer.send
-            )
-            link = Link(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
-            component = _Component(process, link, writer)
-            self.components.append(component)
-            self.component_writers.append(writer)
-            links.append(link)
-            self._nursery.start_soon(writer.drain_forever)
-            self._nursery.start_soon(self._read_component, component)
-            self._nursery.start_soon(process.forward_stderr, self._stderr)
-            self._nursery.start_soon(self._watch_component, component)
-        return links
+        nursery, loop = self._nursery, self.loop
+
+        def spawn(fn: Callable[..., Any], *args: Any) -> None:
+            loop.call_soon_trio(nursery.start_soon, fn, *args)
+
+        host = PluginHost(
+            self.plugins[spec.name],
+            spec.name,
+            spawn=spawn,
+            call_soon=loop.call_soon_trio,
+            flow=self.flow,
+        )
+        self.hosts.append(host)
+        return PluginLink(spec.name, host)
+
+    def _start_process(self, spec: ComponentSpec) -> Link:
+        assert self._nursery is not None
+        process = ChildProcess(spec, self.tag, self.label)
+        peer = Peer(spec.name)
+        writer = PipeWriter(self.loop, process.stdin, spec.name, peer, self.flow)
+        send = self._logged(writer.send, spec.name) if self._wire_log else writer.send
+        link = ByteLink(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
+        receive = self.router.receive
+
+        def deliver(lines: list[bytes]) -> None:
+            if self._wire_log:
+                self._log_lines(spec.name, lines)
+            for line in lines:
+                receive(link, line)
+
+        holder: list[_Component] = []
+
+        def down() -> None:
+            self.spawn(self._component_down, holder[0])
+
+        reader = PipeReader(self.loop, process.stdout, spec.name, peer, self.flow, deliver, down)
+        stderr = StderrReader(
+            self.loop,
+            process.stderr,
+            f"[{self.label}{spec.name}] ",
+            self._stderr,
+            process.stderr_tail,
+            lambda: self.loop.call_soon_trio(process.stderr_done.set),
+        )
+        component = _Component(process, link, reader, writer, stderr)
+        holder.append(component)
+        writer.on_broken = down
+        self.components.append(component)
+        self._nursery.start_soon(self._watch_component, component)
+        return link
 
     def _start_remote(self, spec: ComponentSpec) -> Link:
         """A remote component: its link queues frames until the connection opens."""
         assert self._nursery is not None
-        writer = wsio.WsWriter(spec.name, self.dirty)
-        send = self._logged(writer, f"conductor -> {spec.name}") if self._wire_log else writer.send
-        link = Link(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
-        remote = _Remote(spec, link, writer)
+        peer = Peer(spec.name)
+        writer = wsio.WsWriter(spec.name, self.loop, self.flow, peer)
+        send = self._logged(writer.send, spec.name) if self._wire_log else writer.send
+        link = ByteLink(spec.name, send, is_proxy=spec.role == "proxy", dialect=spec.dialect)
+        remote = _Remote(spec, link, writer, wsio.PauseGate(peer, self.loop.call_soon_trio))
         self.remotes.append(remote)
-        self.component_writers.append(writer)
         self._nursery.start_soon(writer.drain_forever)
-        self._nursery.start_soon(self._run_remote, remote)
+        self._nursery.start_soon(self._run_remote, remote, peer)
         return link
 
-    async def _run_remote(self, remote: _Remote) -> None:
+    async def _run_remote(self, remote: _Remote, peer: Peer) -> None:
         spec = remote.spec
         assert spec.url is not None
         shown = wsio.public_url(spec.url)
         close: wsio.CloseReason | None = None
+        receive, link, flow = self.router.receive, remote.link, self.flow
+
+        def deliver(lines: list[bytes]) -> None:
+            if self._wire_log:
+                self._log_lines(spec.name, lines)
+            previous = flow.begin(peer)
+            try:
+                for line in lines:
+                    receive(link, line)
+            finally:
+                flow.end(previous)
+
         try:
             async with wsio.connection(spec.url, spec.headers) as ws:
                 remote.ws = ws
                 remote.writer.attach(ws)
                 log.info("%sconnected %s %r to %s", self.label, spec.role, spec.name, shown)
-                await wsio.read_frames(ws, lambda lines: self._deliver(remote.link, lines))
+                await wsio.read_frames(ws, deliver, remote.gate)
                 close = ws.closed
                 why = f"closed the connection ({wsio.describe_close(close)})"
         except wsio.ConnectError as exc:
@@ -303,15 +406,9 @@ class ChainRunner:
         log.error("%s%s; shutting the chain down", self.label, cause["message"])
         self.router.link_failed(link, cause)
         self.router.fail_all(cause)
-        flush_all(self.dirty)
         self.exit_code = 1
         self.end = cause["message"]
         self._done.set()
-
-    async def _read_component(self, component: _Component) -> None:
-        link = component.link
-        await read_lines(component.process.stdout, lambda lines: self._deliver(link, lines))
-        await self._component_down(component)
 
     async def _watch_component(self, component: _Component) -> None:
         await component.process.watch_exit()
@@ -336,52 +433,23 @@ class ChainRunner:
         }
         self._fail_chain(link, cause)
 
-    # ---------------------------------------------------------------- editor
-
-    async def _read_editor(self) -> None:
-        why = await self.editor_end.read(lambda lines: self._deliver(self.editor, lines))
-        log.info("%s%s; shutting down", self.label, why)
-        self._editor_gone = True
-        if not self._done.is_set():
-            self.end = why
-        self._done.set()
+    # ------------------------------------------------------------- plumbing
 
     @staticmethod
-    def _logged(writer: Writer, label: str) -> Callable[[bytes], None]:
+    def _logged(send: Callable[[bytes], None], name: str) -> Callable[[bytes], None]:
         """--log-level debug: every line out, with the peer it goes to."""
+        label = f"conductor -> {name}"
 
-        def send(line: bytes) -> None:
+        def logged(line: bytes) -> None:
             log.debug("%s: %s", label, line.decode("utf-8", "replace"))
-            writer.send(line)
+            send(line)
 
-        return send
+        return logged
 
-    def _deliver(self, link: Link, lines: list[bytes]) -> Awaitable[None] | None:
-        receive = self.router.receive
-        if self._wire_log:
-            for line in lines:
-                log.debug("%s -> conductor: %s", link.name, line.decode("utf-8", "replace"))
+    @staticmethod
+    def _log_lines(name: str, lines: list[bytes]) -> None:
         for line in lines:
-            receive(link, line)
-        flush_all(self.dirty)
-        if self.trace is not None:
-            self.trace.flush()
-        if (
-            self.editor_writer.congested
-            or any(w.congested for w in self.component_writers)
-            or any(h.congested for h in self.hosts)
-        ):
-            return self._wait_for_room()
-        return None
-
-    async def _wait_for_room(self) -> None:
-        """Back-pressure: stop reading while any peer has a full backlog."""
-        for writer in [self.editor_writer, *self.component_writers]:
-            if writer.congested:
-                await writer.wait_drained()
-        for host in self.hosts:
-            if host.congested:
-                await host.wait_room()
+            log.debug("%s -> conductor: %s", name, line.decode("utf-8", "replace"))
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
@@ -392,18 +460,26 @@ class ChainRunner:
                 return
 
     async def _shutdown(self) -> None:
-        flush_all(self.dirty)
         with trio.CancelScope(shield=True):
-            if self._editor_gone and self.exit_code == 0 and self.editor_end.half_close:
+            if (
+                self._editor_gone
+                and not self._editor_vanished
+                and self.exit_code == 0
+                and self.editor_end.half_close
+            ):
                 # The editor stopped writing but may still read: let what it asked finish.
                 with trio.move_on_after(self.grace):
-                    while self.editor.incoming and self.exit_code == 0:
+                    while (
+                        self.editor.incoming and self.exit_code == 0 and not self._editor_vanished
+                    ):
                         await trio.sleep(0.01)
             self._closing = True
             async with trio.open_nursery() as closing:
                 for remote in self.remotes:
                     if remote.ws is not None:
                         closing.start_soon(self._close_remote, remote.ws)
+                for component in self.components:
+                    component.writer.close()
                 await stop_processes([c.process for c in self.components], grace=self.grace)
             if self.reap_orphans:
                 kill_adopted_orphans()
@@ -416,9 +492,8 @@ class ChainRunner:
                 }
             )
             with trio.move_on_after(1.0):
-                flush_all(self.dirty)
-                if not self.editor_writer.idle:
-                    await self.editor_writer.wait_drained()
+                while not self.editor_end.idle and not self._editor_vanished:
+                    await trio.sleep(0.01)
             await self.editor_end.finish(self)
 
     @staticmethod

@@ -35,13 +35,13 @@ import trio
 import trio_websocket
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
+from . import loop
 from .chain import Chain
-from .fdio import Writer
 from .plugin import PluginError
 from .process import become_subreaper, kill_adopted_orphans, reap_exited_orphans
-from .runner import ChainRunner, Deliver
+from .runner import ChainRunner
 from .trace import Tracer
-from .wsio import ACP_PATH, Corker, WsWriter, describe_close, frame_to_line
+from .wsio import ACP_PATH, Corker, PauseGate, WsWriter, describe_close, frame_to_line
 
 log = logging.getLogger("conductor.serve")
 
@@ -96,24 +96,38 @@ class WebSocketEditor:
         self.shutting_down = False
         # Requests in flight either way: a long silent tool call is not idleness.
         self.busy: Callable[[], bool] = lambda: False
+        self.writer: WsWriter | None = None
 
-    def make_writer(self, dirty: list[Writer]) -> Writer:
-        writer = WsWriter("editor", dirty, self.ws, self.corker)
-        writer.on_send = self._touch
-        return writer
+    def start(self, runner: ChainRunner) -> Callable[[bytes], None]:
+        self.writer = WsWriter(
+            "editor", runner.loop, runner.flow, runner.editor_peer, self.ws, self.corker
+        )
+        self.writer.on_send = self._touch
+        gate = PauseGate(runner.editor_peer, runner.loop.call_soon_trio)
+        nursery = runner.nursery
+        nursery.start_soon(self.writer.drain_forever)
+        nursery.start_soon(self._read, runner, gate)
+        return self.writer.send
+
+    @property
+    def idle(self) -> bool:
+        return self.writer is None or self.writer.idle or self.writer.broken
 
     def _touch(self) -> None:
         self.last_activity = trio.current_time()
 
-    def prepare(self) -> None:
-        return None
-
     def restore(self) -> None:
         return None
 
-    async def read(self, deliver: Deliver) -> str:
+    async def _read(self, runner: ChainRunner, gate: PauseGate) -> None:
+        runner.editor_left(await self._frames(runner, gate))
+
+    async def _frames(self, runner: ChainRunner, gate: PauseGate) -> str:
+        """Hand the editor's frames to the chain until it goes; say why it went."""
         ws = self.ws
+        flow, peer = runner.flow, runner.editor_peer
         while True:
+            await gate.wait()
             deadline = self.last_activity + self.idle_timeout if self.idle_timeout > 0 else math.inf
             with trio.move_on_at(deadline) as waited:
                 try:
@@ -130,9 +144,11 @@ class WebSocketEditor:
             self._touch()
             if isinstance(message, bytes):
                 continue  # the WebSocket profile carries JSON-RPC in text frames only
-            pending = deliver([frame_to_line(message)])
-            if pending is not None:
-                await pending
+            previous = flow.begin(peer)
+            try:
+                runner.from_editor([frame_to_line(message)])
+            finally:
+                flow.end(previous)
 
     async def finish(self, runner: ChainRunner) -> None:
         """Close with a code and reason that say why the chain ended."""
@@ -546,4 +562,4 @@ def run_server(chain: Chain, options: ServeOptions, generated_token: bool) -> in
             print(f"listening on {url}", file=sys.stderr, flush=True)
         return await Server(chain, options).run(listeners)
 
-    return trio.run(main)
+    return int(loop.run(main))

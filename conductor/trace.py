@@ -1,7 +1,7 @@
 """The `--trace` file: one JSON object per logical message, in the order routed.
 
-The router calls `Tracer` only when tracing is on (`router.trace` is None
-otherwise), so a run without `--trace` pays one attribute test per message.
+The router calls its observer only when tracing is on (`router.observer` is
+None otherwise), so a run without `--trace` pays one attribute test per message.
 The format is documented in docs/trace-format.md.
 """
 
@@ -25,13 +25,20 @@ def session_of(params: Any) -> str | None:
 
 
 class Tracer:
-    """Appends trace events to a file; `flush` once per routed burst."""
+    """Appends trace events to a file, flushed once per loop pass (it is the router's
+    observer)."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self.start = time.monotonic()
         self.batch: int | None = None  # the editor batch frame being routed, if any
         self._frames = 0
+        self._loop: Any = None
+        self._dirty = False
+
+    def attach(self, loop: Any) -> None:
+        """Flush at the end of each pass of `loop` that wrote events."""
+        self._loop = loop
 
     @classmethod
     def open(cls, path: str) -> Tracer:
@@ -40,6 +47,9 @@ class Tracer:
     def new_batch(self) -> None:
         self._frames += 1
         self.batch = self._frames
+
+    def end_batch(self) -> None:
+        self.batch = None
 
     def message(
         self, sender: str, receiver: str, request_id: Any, method: str, params: Any
@@ -95,8 +105,12 @@ class Tracer:
             )
             line = orjson.dumps(event)
         self.stream.write(line + b"\n")
+        if not self._dirty and self._loop is not None:
+            self._dirty = True
+            self._loop.dirty.append(self)
 
     def flush(self) -> None:
+        self._dirty = False
         self.stream.flush()
 
     def close(self) -> None:

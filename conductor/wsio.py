@@ -1,7 +1,7 @@
 """ACP over WebSocket: one JSON-RPC message (or batch) per text frame.
 
 The router speaks lines; this module adapts them to frames. `WsWriter` has
-the same queue/flush/back-pressure contract as `fdio.FdWriter`, so the runner
+the same queue/flush/flow-control contract as `pipes.PipeWriter`, so the runner
 treats a WebSocket peer (a served editor, a remote component) like a pipe.
 `connect` opens a client connection and turns every way it can fail into
 one readable sentence.
@@ -13,7 +13,7 @@ import collections
 import contextlib
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import orjson
@@ -21,7 +21,8 @@ import trio
 import trio_websocket
 from trio_websocket import CloseReason, ConnectionClosed, WebSocketConnection
 
-from .fdio import HIGH_WATER, Writer
+from .flow import Flow, Peer
+from .loop import Loop
 
 __all__ = [
     "MAX_MESSAGE",
@@ -29,6 +30,7 @@ __all__ = [
     "ConnectError",
     "ConnectionClosed",
     "Corker",
+    "PauseGate",
     "WebSocketConnection",
     "WsWriter",
     "connection",
@@ -77,11 +79,14 @@ def frame_to_line(text: str) -> bytes:
 
 async def read_frames(
     ws: WebSocketConnection,
-    deliver: Callable[[list[bytes]], Awaitable[None] | None],
+    deliver: Callable[[list[bytes]], None],
+    gate: PauseGate,
     on_frame: Callable[[], None] | None = None,
 ) -> None:
-    """Hand each text frame to `deliver` until the connection closes; binary frames are ignored."""
+    """Hand each text frame to `deliver` until the connection closes (binary frames are
+    ignored), waiting while flow control pauses the peer."""
     while True:
+        await gate.wait()
         try:
             message = await ws.get_message()
         except ConnectionClosed:
@@ -90,9 +95,30 @@ async def read_frames(
             on_frame()
         if isinstance(message, bytes):
             continue  # the WebSocket profile carries JSON-RPC in text frames only
-        pending = deliver([frame_to_line(message)])
-        if pending is not None:
-            await pending
+        deliver([frame_to_line(message)])
+
+
+class PauseGate:
+    """Lets a trio task reading a peer wait while flow control pauses that peer."""
+
+    def __init__(self, peer: Peer, call_soon_trio: Callable[..., None]) -> None:
+        self._peer = peer
+        self._call_soon_trio = call_soon_trio
+        self._open = trio.Event()
+        self._open.set()
+        peer.on_pause = self._close
+        peer.on_resume = lambda: call_soon_trio(self._reopen)
+
+    def _close(self) -> None:
+        if self._open.is_set():
+            self._open = trio.Event()
+
+    def _reopen(self) -> None:
+        if not self._peer.paused:
+            self._open.set()
+
+    async def wait(self) -> None:
+        await self._open.wait()
 
 
 class Corker(Protocol):
@@ -108,23 +134,27 @@ class WsWriter:
 
     Lines queue before the connection exists (a remote component is still
     connecting when the router sends it `initialize`); `attach` starts them
-    moving. Like FdWriter, `congested` tells readers to pause.
+    moving. The backlog counts toward the peer's flow control, like a pipe's.
     """
 
     def __init__(
         self,
         name: str,
-        dirty: list[Writer],
+        loop: Loop,
+        flow: Flow,
+        peer: Peer,
         ws: WebSocketConnection | None = None,
         corker: Corker | None = None,
     ) -> None:
         self.name = name
+        self.loop = loop
+        self.flow = flow
+        self.peer = peer
         self.corker = corker  # when given, each burst of frames goes out in one send
-        self.dirty = dirty
         self.ws = ws
         self._queue: list[bytes] = []
         self._backlog: collections.deque[bytes] = collections.deque()
-        self._size = 0
+        self._dirty = False
         self._wake = trio.Event()
         self._drained = trio.Event()
         self._drained.set()
@@ -139,11 +169,16 @@ class WsWriter:
         self._attached.set()
 
     def send(self, line: bytes) -> None:
-        if not self._queue:
-            self.dirty.append(self)
+        if self.broken:
+            return
         self._queue.append(line)
+        self.flow.wrote(self.peer, len(line))
+        if not self._dirty:
+            self._dirty = True
+            self.loop.dirty.append(self)
 
     def flush(self) -> None:
+        self._dirty = False
         queue = self._queue
         if not queue:
             return
@@ -152,17 +187,11 @@ class WsWriter:
             return
         if not self._backlog:
             self._drained = trio.Event()
-            self._wake.set()
-        for line in queue:
-            self._backlog.append(line)
-            self._size += len(line)
+            self.loop.call_soon_trio(self._wake.set)
+        self._backlog.extend(queue)
         queue.clear()
         if self.on_send is not None:
             self.on_send()
-
-    @property
-    def congested(self) -> bool:
-        return self._size > HIGH_WATER
 
     @property
     def idle(self) -> bool:
@@ -190,7 +219,7 @@ class WsWriter:
                             line = backlog[0]
                             await self.ws.send_message(line.decode("utf-8", "replace"))
                             backlog.popleft()
-                            self._size -= len(line)
+                            self.flow.sent(self.peer, len(line))
                             held += len(line)
                     finally:
                         if corker is not None:  # never leave writes held (a close frame may follow)
@@ -200,7 +229,7 @@ class WsWriter:
                     break
             if self.broken:
                 backlog.clear()
-                self._size = 0
+                self.flow.gone(self.peer)
             self._drained.set()
 
 

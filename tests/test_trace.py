@@ -79,16 +79,21 @@ def test_trace_shows_plugins_batches_and_conductor_errors(make_chain, conductor,
     )
     trace = tmp_path / "trace.jsonl"
     peer = conductor(chain, "--trace", str(trace))
-    start_session(peer)
-    peer.send([{"jsonrpc": "2.0", "id": "b1", "method": "_demo/echo", "params": {}}, 7])
-    peer.read()
+    session = start_session(peer)
+    prompt = {"jsonrpc": "2.0", "id": "b1", "method": "session/prompt"}
+    peer.send([{**prompt, "params": prompt_params(session, "hi")}, 7])
+    peer.read_until(lambda m: isinstance(m, list))
     peer.request(9, "initialize", {"protocolVersion": 1})
     peer.response(9)
     peer.close_stdin()
     peer.wait()
     events = read_jsonl(trace)
     batch = [e for e in events if "batch" in e]
-    assert {_shape(e) for e in batch} >= {"r editor>arrow _demo/echo", "r conductor>editor error"}
+    # arrow hooks prompts: it is a hop of its own, with the answer passing back through it.
+    shapes = {_shape(e) for e in batch}
+    assert shapes >= {"r editor>arrow session/prompt", "r conductor>editor error"}
+    hops = {"r arrow>agent session/prompt", "r agent>arrow result", "r arrow>editor result"}
+    assert hops <= {_shape(e) for e in events}
     assert len({e["batch"] for e in batch}) == 1
     assert _shape(events[-1]) == "r conductor>editor error"
     assert events[-1]["payload"]["data"] == "already initialized"
