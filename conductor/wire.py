@@ -340,15 +340,37 @@ def encode_preserving(raw: bytes, old: Any, new: Any) -> bytes:
             parts.append(raw[name_at:name_end] + b":" + _preserved(raw[start:end], old[key], value))
         return b"{" + b",".join(parts) + b"}"
     if type(new) is list and type(old) is list:
-        items = array_items(raw)
-        parts = [
-            _preserved(raw[items[i][0] : items[i][1]], old[i], value)
-            if i < len(old)
-            else dumps(value)
-            for i, value in enumerate(new)
-        ]
-        return b"[" + b",".join(parts) + b"]"
+        return b"[" + b",".join(_preserved_items(raw, old, new)) + b"]"
     return dumps(new)
+
+
+def _preserved_items(raw: bytes, old: list[Any], new: list[Any]) -> list[bytes]:
+    """The elements of `new`: each one equal to an element of `old` keeps that element's
+    bytes (so inserting, removing or moving elements re-spells nothing); one changed in
+    place is re-encoded where it differs."""
+    items = array_items(raw)
+    unused: dict[bytes, list[int]] = {}
+    for index, value in enumerate(old):
+        unused.setdefault(_key_of(value), []).append(index)
+    parts = []
+    for index, value in enumerate(new):
+        same = unused.get(_key_of(value))
+        if same:
+            start, end = items[same.pop(0)]
+            parts.append(raw[start:end])
+        elif index < len(old) and type(old[index]) is type(value):
+            start, end = items[index]
+            parts.append(encode_preserving(raw[start:end], old[index], value))
+        else:
+            parts.append(dumps(value))
+    return parts
+
+
+def _key_of(value: Any) -> bytes:
+    try:
+        return dumps(value)
+    except TypeError:
+        return repr(value).encode()
 
 
 def _preserved(raw: bytes, old: Any, new: Any) -> bytes:

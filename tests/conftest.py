@@ -81,6 +81,7 @@ class Peer(JsonRpcTalk):
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.stderr_lines: list[str] = []
+        self.stderr_closed = threading.Event()  # set once the process's stderr reached EOF
         threading.Thread(target=self._pump, daemon=True).start()
         threading.Thread(target=self._pump_stderr, daemon=True).start()
 
@@ -94,6 +95,7 @@ class Peer(JsonRpcTalk):
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.stderr_lines.append(line.decode(errors="replace").rstrip("\n"))
+        self.stderr_closed.set()
 
     @property
     def stderr(self) -> str:
