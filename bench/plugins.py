@@ -1,4 +1,7 @@
-"""Plugins for the benchmark: one that does nothing, one that looks at every update."""
+"""Plugins for the benchmarks: one that does nothing, one that looks at every update, and one
+that is slow on every update (bench/flood.py)."""
+
+import trio
 
 from conductor.acp import chunk_text
 from conductor.plugin import Call
@@ -16,3 +19,14 @@ class Inspecting:
 
     async def on_session_update(self, call: Call) -> None:
         self.chars += len(chunk_text(call.params) or "")
+
+
+class Slow:
+    """Spends `delay` seconds (awaiting, not on CPU) on every session/update: a fast agent
+    behind it produces updates faster than they can pass, so they must be held back."""
+
+    def __init__(self, delay: float = 0.01) -> None:
+        self.delay = delay
+
+    async def on_session_update(self, call: Call) -> None:
+        await trio.sleep(self.delay)

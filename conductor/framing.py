@@ -14,7 +14,7 @@ STDERR_PIECE = 16 << 10  # a diagnostic line longer than this is forwarded in pi
 
 
 class LineSplitter:
-    """Splits a byte stream into non-blank lines, keeping an incomplete tail in pieces.
+    """Splits a byte stream into lines, keeping an incomplete tail in pieces.
 
     A line that outgrows `limit` before its newline is dropped (up to that
     newline) and counted in `dropped`.
@@ -30,7 +30,12 @@ class LineSplitter:
         self.dropped = 0
 
     def feed(self, data: bytes) -> list[bytes]:
-        """The complete lines in `data` (after what came before)."""
+        """The complete lines in `data` (after what came before). Blank lines are the
+        caller's to skip (they are rare: filtering them here would cost every line)."""
+        if data[-1:] == b"\n" and not self._pending and not self._discarding:
+            lines = data.split(b"\n")  # the usual case: whole lines, nothing pending
+            lines.pop()
+            return lines
         if b"\n" not in data:
             if not self._discarding:
                 self._pending.append(data)
@@ -50,7 +55,7 @@ class LineSplitter:
         if tail:
             self._pending.append(tail)
             self._check()
-        return [line for line in lines if line and not line.isspace()]
+        return lines
 
     def _check(self) -> None:
         if self._size > self.limit:

@@ -155,21 +155,30 @@ class Transit:
 class Answer:
     """A response on its way back to the source of `transit`."""
 
-    __slots__ = ("frame", "is_error", "payload", "payload_raw", "transit")
+    __slots__ = ("_payload_raw", "frame", "is_error", "payload", "transit")
 
     def __init__(
         self,
         transit: Transit,
         is_error: bool,
         payload: Any,
-        payload_raw: bytes,
+        payload_raw: bytes | None,
         frame: wire.Message | None = None,
     ) -> None:
         self.transit = transit
         self.is_error = is_error
         self.payload = payload  # the parsed result or error
-        self.payload_raw = payload_raw  # ... and its exact bytes
+        self._payload_raw = payload_raw  # ... and its exact bytes (from `frame` if None)
         self.frame = frame  # the response as received, while only its id needs changing
+
+    @property
+    def payload_raw(self) -> bytes:
+        raw = self._payload_raw
+        if raw is None:
+            assert self.frame is not None
+            raw = self.frame.member("error" if self.is_error else "result") or b"null"
+            self._payload_raw = raw
+        return raw
 
     @classmethod
     def error(cls, transit: Transit, code: int, message: str, data: Any = None) -> Answer:

@@ -92,11 +92,10 @@ class PipeReader:
             self.loop.modify(self.fd, readable=True, writable=False)
 
     def _read(self) -> None:
-        splitter = self._splitter
-        flow = self.flow
+        fd, splitter, flow, peer = self.fd, self._splitter, self.flow, self.peer
         for _ in range(8):  # a busy peer gets a few reads per pass, then the others get theirs
             try:
-                data = os.read(self.fd, CHUNK)
+                data = os.read(fd, CHUNK)
             except BlockingIOError:
                 return
             except OSError:
@@ -104,19 +103,19 @@ class PipeReader:
             if not data:
                 self._end()
                 return
-            dropped = splitter.dropped
             lines = splitter.feed(data)
-            if splitter.dropped != dropped:
+            if splitter.dropped:
+                splitter.dropped = 0
                 log.warning(
                     "%s wrote a line longer than %d bytes (dropped)", self.name, splitter.limit
                 )
             if lines:
-                previous = flow.begin(self.peer)
+                previous = flow.begin(peer)
                 try:
                     self.deliver(lines)
                 finally:
                     flow.end(previous)
-            if len(data) < CHUNK or self.peer.paused or self.closed:
+            if len(data) < CHUNK or peer.waits_on or peer.holds or self.closed:
                 return
 
     def _end(self) -> None:
@@ -143,6 +142,7 @@ class PipeWriter:
     __slots__ = (
         "_backlog",
         "_dirty",
+        "_live",
         "_queue",
         "broken",
         "closed",
@@ -163,6 +163,7 @@ class PipeWriter:
         self._queue: list[bytes] = []
         self._backlog = bytearray()
         self._dirty = False
+        self._live = True  # neither broken nor closed
         self.broken = False
         self.closed = False
         self.on_broken: Callable[[], None] = lambda: None
@@ -171,13 +172,13 @@ class PipeWriter:
 
     def send(self, line: bytes) -> None:
         """Queue one line (without its newline); it goes out when the loop pass ends."""
-        if self.broken or self.closed:
+        if not self._live:
             return
         self._queue.append(line)
-        self.flow.wrote(self.peer, len(line) + 1)
         if not self._dirty:
             self._dirty = True
             self.loop.dirty.append(self)
+        self.flow.wrote(self.peer, len(line) + 1)
 
     def flush(self) -> None:
         self._dirty = False
@@ -232,6 +233,7 @@ class PipeWriter:
         if self.broken:
             return
         self.broken = True
+        self._live = False
         self._backlog.clear()
         self._queue.clear()
         self.loop.forget(self.fd)
@@ -242,6 +244,7 @@ class PipeWriter:
         """Write nothing more (the fd is the caller's to close)."""
         if not self.closed:
             self.closed = True
+            self._live = False
             self._queue.clear()
             self._backlog.clear()
             self.loop.forget(self.fd)

@@ -60,6 +60,10 @@ log = logging.getLogger("conductor")
 __all__ = ["START_CHAIN", "Observer", "Router", "SpawnError"]
 
 START_CHAIN = "start the chain"  # the effect: spawn the components, then call `started`
+# Methods the router itself looks into (everything else it only re-addresses).
+_ROUTED = (
+    frozenset({CANCEL, MCP_MESSAGE, INITIALIZE}) | SESSION_SETUP | PROXY_INITIALIZE | SUCCESSOR
+)
 
 
 class SpawnError(Exception):
@@ -214,6 +218,8 @@ class Router:
             self._invalid(link, None, b"null", "a JSON-RPC message must be an object or an array")
 
     def _unparsable(self, link: Link, line: bytes, exc: Exception) -> None:
+        if not line or line.isspace():
+            return  # a blank line is no message (framing hands them over unfiltered)
         if link is self.editor:
             self.editor.send(wire.error_response(b"null", PARSE_ERROR, "Parse error", str(exc)))
         else:
@@ -262,21 +268,17 @@ class Router:
             if "id" in obj and ("result" in obj or "error" in obj):
                 self._response(link, msg)
             else:
-                self._invalid(
-                    link,
-                    batch,
-                    msg.member("id") or b"null",
-                    "not a request, notification or response",
-                )
+                shown = msg.raw_id() if "id" in obj else b"null"
+                self._invalid(link, batch, shown, "not a request, notification or response")
             return
+        raw_id: bytes | None = None
+        key = None
         if "id" in obj:
             key = obj["id"]
-            raw_id = msg.member("id")
+            raw_id = msg.raw_id()
             if type(key) not in (int, str) and key is not None:
-                self._invalid(link, batch, raw_id or b"null", "'id' must be a number or string")
+                self._invalid(link, batch, raw_id, "'id' must be a number or string")
                 return
-        else:
-            key = raw_id = None
         if type(method) is not str:
             self._invalid(link, batch, raw_id or b"null", "'method' must be a string")
             return
@@ -288,19 +290,40 @@ class Router:
         if link is self.editor and not (self.proxy_mode and method in SUCCESSOR):
             self._from_editor(msg, method, raw_id, key, params, batch)
             return
-        node = self._node_of.get(link)
         if (method in SUCCESSOR and link.is_proxy) or link is self.editor:
             self._unwrap(link, msg, raw_id, key)
-        elif node is None:
+            return
+        node = self._node_of.get(link)
+        if node is None:
             log.warning("message from %s, which is not in the chain (dropped)", link.name)
         elif method in PROXY_INITIALIZE:
             # Only a conductor sends it; a proxy's plain one would go to its predecessor.
             self._refuse(link, raw_id, f"{method} is sent only by a conductor", INVALID_REQUEST)
+        elif raw_id is None and method not in _ROUTED and self._plain_next(node - 1):
+            # A plain notification to a byte link next door: it goes as it came (the hot path).
+            target = self.nodes[node - 1]
+            assert isinstance(target, ByteLink)
+            if target.is_proxy:
+                method_raw = msg.member("method")
+                assert method_raw is not None
+                params_raw = None if params is None else msg.member("params")
+                target.send(wire.envelope(None, target.wrapper_for(False), method_raw, params_raw))
+            else:
+                target.send(msg.raw)
         else:
             # A plain message from a component goes to its predecessor.
-            size = len(msg.raw)
-            t = Transit(link, node, True, method, key, raw_id, params, msg, size=size)
+            t = Transit(link, node, True, method, key, raw_id, params, msg, size=len(msg.raw))
             self._route(t, node - 1)
+
+    def _wraps_down(self, node: int) -> bool:
+        """Whether a message going down to `node` is wrapped (it is our own successor)."""
+        return self.proxy_mode and node == self.last
+
+    def _plain_next(self, node: int) -> bool:
+        """Whether a message can be handed to `node` without a walk: a live byte link, and
+        nobody watching."""
+        link = self.nodes[node]
+        return link.host is None and link.failure is None and self.observer is None
 
     def _from_editor(
         self,
@@ -327,6 +350,24 @@ class Router:
                 )
             elif method != CANCEL:
                 log.warning("editor notification %r before initialize (dropped)", method)
+            return
+        if (
+            batch is None
+            and method not in _ROUTED
+            and self._plain_next(1)
+            and not self._wraps_down(1)
+        ):
+            # To a byte link next door, as it came with only its id replaced (the hot path).
+            target = self.nodes[1]
+            assert isinstance(target, ByteLink)
+            if raw_id is None:
+                target.send(msg.raw)
+                return
+            t = Transit(self.editor, 0, False, method, key, raw_id, None, None)
+            target.next_id = our_id = target.next_id + 1
+            target.pending[our_id] = t
+            self.editor.incoming[key] = (target, our_id, EDITOR)
+            target.send(msg.with_id(b"%d" % our_id))
             return
         t = Transit(self.editor, 0, False, method, key, raw_id, params, msg, size=len(msg.raw))
         t.batch = batch
@@ -724,11 +765,24 @@ class Router:
         if t.retry is not None and is_error and _error_code(obj) == METHOD_NOT_FOUND:
             self._fall_back(link, t)
             return
-        answer = Answer(t, is_error, obj["error" if is_error else "result"], b"", msg)
+        source = t.source
+        if (
+            not self.hosts
+            and t.batch is None
+            and self.observer is None
+            and not t.legacy_init
+            and t.expect_version is None
+            and isinstance(source, ByteLink)
+        ):
+            # No plugin anywhere to wait behind: straight back (the hot path).
+            self._answered(t)
+            if not t.closed and source.failure is None:
+                t.closed = True
+                source.send(msg.with_id(t.raw_id))  # type: ignore[arg-type]
+            return
+        answer = Answer(t, is_error, obj["error" if is_error else "result"], None, msg)
         if t.legacy_init:
             answer = self._legacy_accepted(link, answer, msg)
-        else:
-            answer.payload_raw = msg.member("error" if is_error else "result") or b"null"
         # In proxy mode the editor link is also node `last`: requests going down went there.
         node = (0 if t.upward else self.last) if link is self.editor else self._node_of[link]
         if t.expect_version is not None and self._version_mismatch(link, answer):
@@ -742,9 +796,7 @@ class Router:
         that still has messages queued from that side."""
         t = answer.transit
         if not resumed:
-            t.source.incoming.pop(t.key, None)
-            if t.mcp_key is not None:
-                self.mcp_open.pop(t.mcp_key, None)
+            self._answered(t)
         origin = t.origin
         if not t.addressed and node != origin:
             step = 1 if t.upward else -1  # the answer travels opposite to the request
@@ -756,6 +808,12 @@ class Router:
                     host.defer_answer(side, answer)
                     return
         self._finish(answer)
+
+    def _answered(self, t: Transit) -> None:
+        """`t` is answered: nothing it opened stays open (a late cancel finds nothing)."""
+        t.source.incoming.pop(t.key, None)
+        if t.mcp_key is not None:
+            self.mcp_open.pop(t.mcp_key, None)
 
     def _finish(self, answer: Answer) -> None:
         """Deliver an answer to its origin (a batch collects the editor's)."""
@@ -803,9 +861,7 @@ class Router:
 
     def _conductor_error(self, t: Transit, code: int, message: str, data: Any) -> None:
         """Answer `t`'s origin with an error the conductor itself raises."""
-        t.source.incoming.pop(t.key, None)
-        if t.mcp_key is not None:
-            self.mcp_open.pop(t.mcp_key, None)
+        self._answered(t)
         answer = Answer.error(t, code, message, data)
         if self.observer is not None:
             self.observer.response(
@@ -824,7 +880,6 @@ class Router:
         t = answer.transit
         result = answer.payload
         if answer.is_error or type(result) is not dict:
-            answer.payload_raw = msg.member("error" if answer.is_error else "result") or b"null"
             return answer
         meta = result.get("_meta")
         if type(meta) is not dict or meta.get("proxy") is not True:

@@ -50,6 +50,12 @@ _HEAD = re.compile(
     re.S,
 )
 _ID, _METHOD, _PAYLOAD = 2, 3, 4
+_COMPACT_ID = b'{"jsonrpc":"2.0","id":'
+_COMPACT_ID_LEN = len(_COMPACT_ID)
+_DIGITS = frozenset(b"-0123456789")
+_ID_HEAD = re.compile(
+    rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]+|' + _STR + rb"|null)\s*[,}]", re.S
+)
 # The usual head of a successor envelope's params: the wrapped method, then its params.
 _INNER_HEAD = re.compile(rb'\{\s*"method"\s*:\s*(' + _STR + rb')\s*(,\s*"params"\s*:\s*)?', re.S)
 _QUOTE, _OPEN_OBJ, _OPEN_ARR, _COMMA = 0x22, 0x7B, 0x5B, 0x2C
@@ -240,12 +246,34 @@ class Message:
     by scanning the top level.
     """
 
-    __slots__ = ("_spans", "obj", "raw")
+    __slots__ = ("_id", "_spans", "obj", "raw")
 
     def __init__(self, raw: bytes, obj: dict[str, Any]) -> None:
         self.raw = raw
         self.obj = obj
         self._spans: dict[str, Span] | None = None
+        self._id: Span | None = None
+
+    def id_span(self) -> Span:
+        """Where its id's value is (the message has one): usually right after a compact
+        `{"jsonrpc":"2.0","id":`, found without scanning anything else."""
+        span = self._id
+        if span is None:
+            raw = self.raw
+            if raw.startswith(_COMPACT_ID) and raw[_COMPACT_ID_LEN] in _DIGITS:
+                end = raw.find(b",", _COMPACT_ID_LEN)  # an integer id, as most peers send
+                if end > 0 and raw[_COMPACT_ID_LEN:end].lstrip(b"-").isdigit():
+                    span = self._id = (_COMPACT_ID_LEN, end)
+                    return span
+            m = _ID_HEAD.match(raw)
+            span = m.span(1) if m is not None else self.spans["id"]
+            self._id = span
+        return span
+
+    def raw_id(self) -> bytes:
+        """The exact bytes of its id (the message has one)."""
+        start, end = self.id_span()
+        return self.raw[start:end]
 
     @property
     def spans(self) -> dict[str, Span]:
@@ -262,12 +290,9 @@ class Message:
 
     def with_id(self, new_id: bytes) -> bytes:
         """The message with its id replaced: the hot path of every re-addressed message."""
+        start, end = self.id_span()
         raw = self.raw
-        if self._spans is None:
-            head = _HEAD.match(raw)
-            if head is not None and head.start(_ID) >= 0:
-                return raw[: head.start(_ID)] + new_id + raw[head.end(_ID) :]
-        return self.replace({"id": new_id})
+        return raw[:start] + new_id + raw[end:]
 
     def replace(self, replacements: dict[str, bytes]) -> bytes:
         """The message with the values of existing top-level members replaced."""
