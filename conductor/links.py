@@ -36,6 +36,7 @@ class Transit:
     """
 
     __slots__ = (
+        "_canonical",
         "_method_raw",
         "_params_raw",
         "addressed",
@@ -84,6 +85,7 @@ class Transit:
         self._method_raw = method_raw
         self._params_raw = params_raw
         self.size = size  # bytes it stands for, for flow control while it is queued
+        self._canonical: bytes | None = None  # orjson's bytes for `params` (see `snapshot`)
         self.modified = False
         self.closed = False  # answered: a later answer (after a shutdown's) is dropped
         self.batch: Any = None  # the editor batch collecting its answer
@@ -119,10 +121,18 @@ class Transit:
             ) or wire.dumps(self.method)
         return raw
 
-    def change_params(self, params: Any, raw: bytes | None) -> None:
+    def snapshot(self) -> bytes | None:
+        """The params' canonical encoding as they are now, made once and kept until a hook
+        changes them: what a hook's work is compared with, to see whether it changed them."""
+        if self._canonical is None and self.params is not None:
+            self._canonical = wire.dumps(self.params)
+        return self._canonical
+
+    def change_params(self, params: Any, raw: bytes | None, canonical: bytes | None) -> None:
         """A hook changed the params: from now on they travel as `raw`."""
         self.params = params
         self._params_raw = raw
+        self._canonical = canonical
         self.modified = True
 
     def encode(self, new_id: bytes | None, wrapper: bytes | None) -> bytes:

@@ -293,7 +293,7 @@ class PluginHost:
         self._holding[call] = side
         self._transits[call] = t
         self._held[t] = call
-        self._snapshots[call] = wire.dumps(t.params) if t.params is not None else None
+        self._snapshots[call] = t.snapshot()
         if t.raw_id is not None:
             assert self.router is not None and self.link is not None
             self.router.hold(t, self.link, side)
@@ -302,8 +302,7 @@ class PluginHost:
 
     def _visit(self, t: Transit, call: Call, hook: _Hook) -> bool:
         """Run a hook that cannot suspend, right here; True when `t` goes on."""
-        params = t.params
-        snapshot = wire.dumps(params) if params is not None else None
+        snapshot = t.snapshot()
         self._outbox, self._inline = [], call
         try:
             result = hook.func(call)
@@ -327,8 +326,9 @@ class PluginHost:
         return self._take_changes(t, call.params, snapshot, hook.name)
 
     def _take_changes(self, t: Transit, params: Any, snapshot: bytes | None, where: str) -> bool:
-        """Record what a hook did to `t`'s params; False if it made them unencodable."""
-        if params is t.params and params is None:
+        """Record what a hook did to `t`'s params (`snapshot` is how they were before it);
+        False if it made them unencodable."""
+        if params is None and t.params is None:
             return True
         try:
             now = wire.dumps(params) if params is not None else None
@@ -342,12 +342,12 @@ class PluginHost:
         if now == snapshot:
             return True
         old = t.params_raw
-        raw = (
-            now
-            if old is None or params is None
-            else wire.encode_preserving(old, wire.parse(old), params)
-        )
-        t.change_params(params, raw)
+        if old is None or params is None or old == snapshot:
+            # Bytes that were canonical stay exact as the new canonical bytes: no walk needed.
+            raw = now
+        else:
+            raw = wire.encode_preserving(old, wire.parse(old), params)
+        t.change_params(params, raw, now)
         return True
 
     def _send_outbox(self) -> None:

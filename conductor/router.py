@@ -304,10 +304,14 @@ class Router:
             target = self.nodes[node - 1]
             assert isinstance(target, ByteLink)
             if target.is_proxy:
-                method_raw = msg.member("method")
-                assert method_raw is not None
-                params_raw = None if params is None else msg.member("params")
-                target.send(wire.envelope(None, target.wrapper_for(False), method_raw, params_raw))
+                wrapper = target.wrapper_for(False)
+                line = wire.wrap_notification(msg, wrapper)
+                if line is None:
+                    method_raw = msg.member("method")
+                    assert method_raw is not None
+                    params_raw = None if params is None else msg.member("params")
+                    line = wire.envelope(None, wrapper, method_raw, params_raw)
+                target.send(line)
             else:
                 target.send(msg.raw)
         else:
@@ -477,7 +481,7 @@ class Router:
         method = msg.obj["method"]
         if method in (LEGACY_REQUEST, LEGACY_NOTIFICATION):
             link.dialect = Dialect.LEGACY
-        elif link.dialect != Dialect.LEGACY:
+        elif link.dialect != Dialect.LEGACY and (link.wrapper[1] == 0x5F) != (method[0] == "_"):
             link.init_method, link.wrapper = UNDERSCORE_WIRE if method[0] == "_" else PLAIN_WIRE
         envelope = msg.obj.get("params")
         inner_method = envelope.get("method") if type(envelope) is dict else None
@@ -507,6 +511,24 @@ class Router:
         if inner_method == INITIALIZE and link.dialect == Dialect.LEGACY and params_raw is not None:
             params_raw = _legacy_withdraw(params_raw, "params")
             inner_params = orjson.loads(params_raw)
+        if (
+            not upward
+            and inner_method not in _ROUTED
+            and self._plain_next(target)
+            and not self._wraps_down(target)
+        ):
+            # Down to a byte link next door, unwrapped with its bytes as they came (hot path).
+            next_link = self.nodes[target]
+            assert isinstance(next_link, ByteLink)
+            if raw_id is None:
+                next_link.send(wire.request(None, method_raw, params_raw))
+                return
+            t = Transit(link, origin, False, inner_method, key, raw_id, None, None)
+            next_link.next_id = our_id = next_link.next_id + 1
+            next_link.pending[our_id] = t
+            link.incoming[key] = (next_link, our_id, EDITOR)
+            next_link.send(wire.request(b"%d" % our_id, method_raw, params_raw))
+            return
         t = Transit(
             link,
             origin,
@@ -765,16 +787,18 @@ class Router:
         if t.retry is not None and is_error and _error_code(obj) == METHOD_NOT_FOUND:
             self._fall_back(link, t)
             return
+        # In proxy mode the editor link is also node `last`: requests going down went there.
+        node = (0 if t.upward else self.last) if link is self.editor else self._node_of[link]
         source = t.source
         if (
-            not self.hosts
-            and t.batch is None
+            t.batch is None
             and self.observer is None
             and not t.legacy_init
             and t.expect_version is None
             and isinstance(source, ByteLink)
+            and (not self.hosts or self._clear_way(t, node))
         ):
-            # No plugin anywhere to wait behind: straight back (the hot path).
+            # Nothing to wait behind on the way back: straight to its origin (the hot path).
             self._answered(t)
             if not t.closed and source.failure is None:
                 t.closed = True
@@ -783,8 +807,6 @@ class Router:
         answer = Answer(t, is_error, obj["error" if is_error else "result"], None, msg)
         if t.legacy_init:
             answer = self._legacy_accepted(link, answer, msg)
-        # In proxy mode the editor link is also node `last`: requests going down went there.
-        node = (0 if t.upward else self.last) if link is self.editor else self._node_of[link]
         if t.expect_version is not None and self._version_mismatch(link, answer):
             return
         if self.observer is not None:
@@ -797,17 +819,29 @@ class Router:
         t = answer.transit
         if not resumed:
             self._answered(t)
-        origin = t.origin
-        if not t.addressed and node != origin:
-            step = 1 if t.upward else -1  # the answer travels opposite to the request
-            side = EDITOR if t.upward else AGENT
-            nodes = self.nodes
-            for between in range(node + step, origin, step):
-                host = nodes[between].host
-                if host is not None and host.busy(side):
-                    host.defer_answer(side, answer)
-                    return
+        host = self._busy_on_the_way(t, node)
+        if host is not None:
+            host.defer_answer(EDITOR if t.upward else AGENT, answer)
+            return
         self._finish(answer)
+
+    def _busy_on_the_way(self, t: Transit, node: int) -> PluginHost | None:
+        """The first plugin between `node` and `t`'s origin that still has messages queued
+        from the side the answer comes from (it must not overtake them)."""
+        origin = t.origin
+        if t.addressed or node == origin:
+            return None
+        step = 1 if t.upward else -1  # the answer travels opposite to the request
+        side = EDITOR if t.upward else AGENT
+        nodes = self.nodes
+        for between in range(node + step, origin, step):
+            host = nodes[between].host
+            if host is not None and host.busy(side):
+                return host
+        return None
+
+    def _clear_way(self, t: Transit, node: int) -> bool:
+        return self._busy_on_the_way(t, node) is None
 
     def _answered(self, t: Transit) -> None:
         """`t` is answered: nothing it opened stays open (a late cancel finds nothing)."""

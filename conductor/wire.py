@@ -53,6 +53,28 @@ _ID, _METHOD, _PAYLOAD = 2, 3, 4
 _COMPACT_ID = b'{"jsonrpc":"2.0","id":'
 _COMPACT_ID_LEN = len(_COMPACT_ID)
 _DIGITS = frozenset(b"-0123456789")
+_COMPACT_ENVELOPE = re.compile(
+    rb'\{"jsonrpc":"2\.0",(?:"id":(?:-?[0-9]+|'
+    + _STR
+    + rb'),)?"method":'
+    + _STR
+    + rb',"params":\{"method":('
+    + _STR
+    + rb')(,"params":)?',
+    re.S,
+)
+COMPACT_NOTIFICATION = b'{"jsonrpc":"2.0","method":'
+
+
+def wrap_notification(msg: Message, wrapper: bytes) -> bytes | None:
+    """A compact notification wrapped in a successor envelope by joining bytes around its
+    own (`{"jsonrpc":"2.0","method":..,"params":..}` in that order), or None."""
+    raw, obj = msg.raw, msg.obj
+    if raw.startswith(COMPACT_NOTIFICATION) and len(obj) == (3 if "params" in obj else 2):
+        return COMPACT_NOTIFICATION + wrapper + b',"params":{' + raw[17:].rstrip() + b"}"
+    return None
+
+
 _ID_HEAD = re.compile(
     rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]+|' + _STR + rb"|null)\s*[,}]", re.S
 )
@@ -313,8 +335,17 @@ class Message:
         The caller has checked that `params` is an object with a string `method`.
         """
         envelope = self.obj["params"]
-        start, end = self.spans["params"]
         raw = self.raw
+        m = _COMPACT_ENVELOPE.match(raw)
+        if m is not None and len(self.obj) == (4 if "id" in self.obj else 3):
+            # Compact and in the usual order: found without scanning anything.
+            if m.start(2) < 0:
+                if len(envelope) == 1:
+                    return m.group(1), None
+            elif len(envelope) == 2:
+                close = _closing(raw, _closing(raw, len(raw)))  # the envelope's closing brace
+                return m.group(1), raw[m.end() : _before_blank(raw, close)]
+        start, end = self.spans["params"]
         m = _INNER_HEAD.match(raw, start)
         if m is not None:
             method = m.group(1)
