@@ -11,15 +11,12 @@ in-process plugin's host, which may pass a transit on, hold it, or answer it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import wire
 from .protocol import UNDERSCORE_WIRE, Dialect
 
-if TYPE_CHECKING:
-    from .plugin_host import PluginHost
-
-__all__ = ["Answer", "ByteLink", "Link", "PluginLink", "Transit"]
+__all__ = ["Answer", "ByteLink", "Link", "NodeHost", "PluginLink", "RouterPort", "Transit"]
 
 _UNSET: Any = object()
 
@@ -204,6 +201,42 @@ class Answer:
         return wire.response(raw_id, b"error" if self.is_error else b"result", self.payload_raw)
 
 
+class RouterPort(Protocol):
+    """What an in-process plugin's host may ask of the router it is a node of."""
+
+    def resume(self, link: Link, t: Transit) -> None: ...
+
+    def resume_answer(self, link: Link, answer: Answer) -> None: ...
+
+    def answer(self, t: Transit, link: Link, is_error: bool, payload: Any, raw: bytes) -> None: ...
+
+    def hold(self, t: Transit, link: Link, side: str) -> None: ...
+
+    def from_plugin(
+        self, link: Link, to: str, method: str, key: Any, params: Any, params_raw: bytes | None
+    ) -> None: ...
+
+
+class NodeHost(Protocol):
+    """What the router asks of an in-process plugin's host (see `plugin_host`)."""
+
+    ctx: Any  # the plugin's Context (its protocol_version is set at start)
+
+    def attach(self, router: RouterPort, link: Link) -> None: ...
+
+    def busy(self, side: str) -> bool: ...
+
+    def visits(self, side: str, t: Transit) -> bool: ...
+
+    def offer(self, side: str, t: Transit) -> bool: ...
+
+    def defer_answer(self, side: str, answer: Answer) -> None: ...
+
+    def answered(self, answer: Answer) -> None: ...
+
+    def cancel(self, side: str, handle: Transit | int) -> None: ...
+
+
 class Link:
     """One peer of the chain as the router sees it, and the bookkeeping for its hop."""
 
@@ -221,7 +254,7 @@ class Link:
     )
 
     def __init__(self, name: str, is_proxy: bool, dialect: str = Dialect.AUTO) -> None:
-        self.host: PluginHost | None = None  # an in-process plugin's, which sees objects
+        self.host: NodeHost | None = None  # an in-process plugin's, which sees objects
         self.name = name
         self.is_proxy = is_proxy
         self.dialect = dialect
@@ -303,7 +336,7 @@ class PluginLink(Link):
 
     __slots__ = ("_plugin",)
 
-    def __init__(self, name: str, host: PluginHost) -> None:
+    def __init__(self, name: str, host: NodeHost) -> None:
         super().__init__(name, is_proxy=True)
         self.host = host
         self._plugin = host

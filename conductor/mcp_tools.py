@@ -21,7 +21,7 @@ import itertools
 import secrets
 import typing
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import orjson
@@ -31,7 +31,22 @@ from .mcp_schema import input_schema
 
 if TYPE_CHECKING:
     from .call import Call, Context
-    from .plugin_host import PluginHost
+
+
+class ToolHost(Protocol):
+    """What the tool server needs from the plugin host it serves in."""
+
+    plugin: Any
+    name: str
+
+    def release(self, call: Call) -> None: ...
+
+    def cancel_call(self, call: Call) -> None: ...
+
+    def report_failure(self, where: str, exc: BaseException) -> None: ...
+
+    def own_notification(self, to: str, method: str, params: Any) -> None: ...
+
 
 __all__ = [
     "MCP_PROTOCOL_VERSION",
@@ -208,7 +223,7 @@ class ToolCall:
 class McpToolServer:
     """Serves one plugin's tools: declarations on session setup, `mcp/message` requests."""
 
-    def __init__(self, host: PluginHost, tools: list[_Tool], name: str) -> None:
+    def __init__(self, host: ToolHost, tools: list[_Tool], name: str) -> None:
         self.host = host
         self.tools = {t.name: t for t in tools}
         self.name = name
@@ -220,7 +235,7 @@ class McpToolServer:
         self._token = secrets.token_hex(4)
 
     @classmethod
-    def for_plugin(cls, host: PluginHost) -> McpToolServer | None:
+    def for_plugin(cls, host: ToolHost) -> McpToolServer | None:
         tools = tools_of(host.plugin)
         if not tools:
             return None

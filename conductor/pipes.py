@@ -143,6 +143,7 @@ class PipeWriter:
         "_backlog",
         "_dirty",
         "_live",
+        "_mid_line",
         "_queue",
         "broken",
         "closed",
@@ -164,6 +165,7 @@ class PipeWriter:
         self._backlog = bytearray()
         self._dirty = False
         self._live = True  # neither broken nor closed
+        self._mid_line = False  # the pipe has part of a line whose rest waits in the backlog
         self.broken = False
         self.closed = False
         self.on_broken: Callable[[], None] = lambda: None
@@ -200,6 +202,7 @@ class PipeWriter:
             self._break()
             return
         if written:
+            self._mid_line = data[written - 1] != 0x0A
             self.flow.sent(self.peer, written)
         if written < len(data):
             self._backlog += memoryview(data)[written:]
@@ -214,6 +217,7 @@ class PipeWriter:
             except OSError:
                 self._break()
                 return
+            self._mid_line = self._backlog[written - 1] != 0x0A
             del self._backlog[:written]
             if not self._backlog:
                 self.loop.modify(self.fd, readable=False, writable=False)
@@ -224,6 +228,18 @@ class PipeWriter:
     @property
     def idle(self) -> bool:
         return not self._backlog and not self._queue
+
+    def end_line(self) -> None:
+        """Keep only the rest of the line the pipe has part of (shutting down: what was not
+        started is dropped, what was is finished)."""
+        dropped = sum(len(line) + 1 for line in self._queue)
+        self._queue.clear()
+        backlog = self._backlog
+        cut = backlog.find(b"\n") + 1 if self._mid_line else 0
+        dropped += len(backlog) - cut
+        del backlog[cut:]
+        if dropped:
+            self.flow.sent(self.peer, dropped)
 
     @property
     def backlog(self) -> int:

@@ -47,8 +47,7 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
-    from .links import Link
-    from .router import Router
+    from .links import Link, RouterPort
 
 log = logging.getLogger("conductor")
 
@@ -140,7 +139,7 @@ class PluginHost:
         self.peer = Peer(f"proxy {name}")
         self.peer.on_resume = self._on_flow_resume
         self.ctx = Context(self, name)
-        self.router: Router | None = None
+        self.router: RouterPort | None = None
         self.link: Link | None = None
         self._catch_all = getattr(plugin, "on_message", None)
         self._hooks: dict[str, Callable[[Call], Any]] = {
@@ -167,7 +166,7 @@ class PluginHost:
         # (serverId, requestId) of the plugin's own open mcp/message requests -> listener
         self.mcp_listeners: dict[tuple[Any, Any], Callable[[dict[str, Any]], None]] = {}
 
-    def attach(self, router: Router, link: Link) -> None:
+    def attach(self, router: RouterPort, link: Link) -> None:
         self.router = router
         self.link = link
 

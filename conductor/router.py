@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from . import wire
-from .links import Answer, ByteLink, Link, Transit
+from .links import Answer, ByteLink, Link, NodeHost, Transit
 from .protocol import (
     AGENT,
     CANCEL,
@@ -51,9 +51,6 @@ from .protocol import (
     Dialect,
 )
 from .trace import session_of
-
-if TYPE_CHECKING:
-    from .plugin_host import PluginHost
 
 log = logging.getLogger("conductor")
 
@@ -134,7 +131,7 @@ class Router:
         self._emit = emit
         self.observer = observer
         self.nodes: list[Link] = [editor]
-        self.hosts: list[PluginHost] = []
+        self.hosts: list[NodeHost] = []
         self.starting = False
         self.started = False
         self.initialized = False
@@ -825,7 +822,7 @@ class Router:
             return
         self._finish(answer)
 
-    def _busy_on_the_way(self, t: Transit, node: int) -> PluginHost | None:
+    def _busy_on_the_way(self, t: Transit, node: int) -> NodeHost | None:
         """The first plugin between `node` and `t`'s origin that still has messages queued
         from the side the answer comes from (it must not overtake them)."""
         origin = t.origin

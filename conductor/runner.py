@@ -37,6 +37,7 @@ log = logging.getLogger("conductor")
 __all__ = ["ChainRunner", "EditorEnd", "StdioEditor"]
 
 DEATH_REPORT_WAIT = 0.5  # how long to wait for a dying child's status and stderr
+END_LINE_WAIT = 0.5  # how long a component gets at shutdown to take a line it has half read
 
 
 class EditorEnd(Protocol):
@@ -478,6 +479,7 @@ class ChainRunner:
                 for remote in self.remotes:
                     if remote.ws is not None:
                         closing.start_soon(self._close_remote, remote.ws)
+                await self._end_lines()
                 for component in self.components:
                     component.writer.close()
                 await stop_processes([c.process for c in self.components], grace=self.grace)
@@ -495,6 +497,16 @@ class ChainRunner:
                 while not self.editor_end.idle and not self._editor_vanished:
                     await trio.sleep(0.01)
             await self.editor_end.finish(self)
+
+    async def _end_lines(self) -> None:
+        """Let each component get the rest of a line it was halfway through receiving (what
+        was not started is dropped), so none reads a truncated message at shutdown."""
+        writers = [c.writer for c in self.components]
+        for writer in writers:
+            writer.end_line()
+        with trio.move_on_after(min(self.grace, END_LINE_WAIT)):
+            while not all(w.idle or w.broken for w in writers):
+                await trio.sleep(0.01)
 
     @staticmethod
     async def _close_remote(ws: wsio.WebSocketConnection) -> None:
