@@ -187,6 +187,11 @@ class Answer:
             self._payload_raw = raw
         return raw
 
+    @property
+    def size(self) -> int:
+        """Bytes it stands for, for flow control while a plugin holds it back."""
+        return len(self.frame.raw) if self.frame is not None else len(self._payload_raw or b"")
+
     @classmethod
     def error(cls, transit: Transit, code: int, message: str, data: Any = None) -> Answer:
         """An error the conductor raises itself."""

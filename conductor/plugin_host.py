@@ -171,10 +171,22 @@ class PluginHost:
         self.link = link
 
     def start(self) -> None:
-        """Run the plugin's `on_start(ctx)`, if it has one."""
+        """Run the plugin's `on_start(ctx)`, if it has one, before it sees any message (call
+        it before the router routes anything here: both sides wait until it is done)."""
         start = getattr(self.plugin, "on_start", None)
-        if start is not None:
-            self._spawn(self._guarded, start, "on_start", self.ctx)
+        if start is None:
+            return
+        for side in self._sides.values():
+            side.busy += 1
+        self._spawn(self._run_start, start)
+
+    async def _run_start(self, start: Callable[[Context], Awaitable[Any]]) -> None:
+        try:
+            await self._guarded(start, "on_start", self.ctx)
+        finally:
+            for name, side in self._sides.items():
+                side.busy -= 1
+                self._drain(name)
 
     async def _guarded(self, func: Callable[..., Awaitable[Any]], where: str, *args: Any) -> None:
         try:
@@ -238,13 +250,14 @@ class PluginHost:
     def defer_answer(self, side: str, answer: Answer) -> None:
         """An answer passing through while `side` is busy: it waits its turn."""
         self._sides[side].queue.append(answer)
-        self.flow.wrote(self.peer, len(answer.payload_raw))
+        self.flow.wrote(self.peer, answer.size)
 
     def answered(self, answer: Answer) -> None:
         """The reply to a request the host sent."""
         waiter = self._waiting.pop(answer.transit.key, None)
         if waiter is None:
-            log.warning("proxy %r got a reply to an unknown request", self.name)
+            # A reply to a request whose hook is gone (cancelled): nobody waits for it.
+            log.debug("proxy %r got a reply to a request nobody awaits any more", self.name)
             return
         if waiter.forwarded is None:
             self._wake(waiter, self._reply_of(answer))
@@ -252,7 +265,7 @@ class PluginHost:
         s = self._sides[waiter.side]
         if s.busy or s.queue:
             s.queue.append(answer)  # what came before it from that side goes first
-            self.flow.wrote(self.peer, len(answer.payload_raw))
+            self.flow.wrote(self.peer, answer.size)
             self._waiting[answer.transit.key] = waiter
             return
         self._hand_reply(waiter, answer)
@@ -489,7 +502,7 @@ class PluginHost:
             while s.queue and not s.busy and not self.peer.paused:
                 item = s.queue.popleft()
                 if isinstance(item, Answer):
-                    self.flow.sent(self.peer, len(item.payload_raw))
+                    self.flow.sent(self.peer, item.size)
                     if item.transit.source is link:
                         waiter = self._waiting.pop(item.transit.key, None)
                         if waiter is not None:

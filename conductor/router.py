@@ -751,7 +751,10 @@ class Router:
         node = self._node_of[link]
         upward = to == EDITOR
         raw_id = None if key is None else wire.dumps(key)
-        t = Transit(link, node, upward, method, key, raw_id, params, None, params_raw=params_raw)
+        size = 64 + (0 if params_raw is None else len(params_raw))
+        t = Transit(
+            link, node, upward, method, key, raw_id, params, None, params_raw=params_raw, size=size
+        )
         self._route(t, node - 1 if upward else node + 1)
 
     def answer(self, t: Transit, link: Link, is_error: bool, payload: Any, raw: bytes) -> None:

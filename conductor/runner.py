@@ -285,9 +285,9 @@ class ChainRunner:
             self.end = str(exc)
             self._done.set()
         else:
-            self.router.chain_started(links)
             for host in self.hosts:
-                host.start()
+                host.start()  # on_start runs before the plugin sees the initialize
+            self.router.chain_started(links)
         self.editor_peer.release()
 
     def _start_plugin(self, spec: ComponentSpec) -> Link:

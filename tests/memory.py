@@ -165,9 +165,9 @@ class MemoryChain:
 
     def start(self) -> None:
         """Carry out START_CHAIN: the components are there."""
-        self.router.chain_started(self._links)
         for host in self.hosts.values():
             host.start()
+        self.router.chain_started(self._links)
 
     def _effect(self, effect: str) -> None:
         assert effect == START_CHAIN, effect
