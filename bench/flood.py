@@ -684,61 +684,36 @@ def main() -> None:
             "peak RSS",
             "result",
         ]
-        if "a" in only:
+
+        def floods(title: str, agent: list[str], chain: Path, what: str, count: int) -> None:
+            """A table of one pipelined flood: direct to `agent`, then through each conductor."""
             rows = []
             if not args.no_direct:
                 rows.append(
-                    pipelined(
-                        "direct to the demo agent",
-                        Command(DEMO_AGENT),
-                        args.prompts,
-                        args.size,
-                        args.stall,
-                    )
+                    pipelined(f"direct to {what}", Command(agent), count, args.size, args.stall)
                 )
             for who, cwd, env in conductors:
-                rows.append(
-                    pipelined(
-                        f"{who}, 1 proxy, demo agent",
-                        command(cwd, env, proxied),
-                        args.prompts,
-                        args.size,
-                        args.stall,
-                    )
-                )
-            print_table(
+                name = f"{who}, {'1 proxy' if chain == proxied else '0 proxies'}, {what[4:]}"
+                rows.append(pipelined(name, command(cwd, env, chain), count, args.size, args.stall))
+            print_table(title, flood_headers, rows)
+
+        if "a" in only:
+            floods(
                 f"(a) {args.prompts:,} pipelined prompts through 1 subprocess pass-through proxy",
-                flood_headers,
-                rows,
+                DEMO_AGENT,
+                proxied,
+                "the demo agent",
+                args.prompts,
             )
         if "b" in only:
-            rows = []
-            if not args.no_direct:
-                rows.append(
-                    pipelined(
-                        "direct to the slow agent",
-                        Command(slow_agent),
-                        args.slow_prompts,
-                        args.size,
-                        args.stall,
-                    )
-                )
-            for who, cwd, env in conductors:
-                rows.append(
-                    pipelined(
-                        f"{who}, 0 proxies, slow agent",
-                        command(cwd, env, slow),
-                        args.slow_prompts,
-                        args.size,
-                        args.stall,
-                    )
-                )
-            print_table(
+            floods(
                 f"(b) {args.slow_prompts:,} pipelined prompts to an agent taking "
                 f"{args.agent_delay * 1000:g} ms per input line (floor: "
                 f"{args.slow_prompts * args.agent_delay:.1f} s)",
-                flood_headers,
-                rows,
+                slow_agent,
+                slow,
+                "the slow agent",
+                args.slow_prompts,
             )
         if "c" in only:
             rows = []

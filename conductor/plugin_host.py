@@ -89,11 +89,13 @@ def cannot_suspend(func: Callable[..., Any]) -> bool:
 
 
 class _Hook:
-    __slots__ = ("func", "inline", "name")
+    __slots__ = ("coroutine", "func", "inline", "name")
 
-    def __init__(self, func: Callable[[Call], Any], inline: bool | None = None) -> None:
+    def __init__(self, func: Callable[[Call], Any]) -> None:
         self.func = func
-        self.inline = cannot_suspend(func) if inline is None else inline
+        self.inline = cannot_suspend(func)
+        target = getattr(func, "__func__", func)
+        self.coroutine = inspect.iscoroutinefunction(target)  # an inline one is stepped once
         self.name = getattr(func, "__name__", "hook")
 
 
@@ -161,8 +163,8 @@ class PluginHost:
         self._holds_reply: dict[Call, str] = {}  # hooks with a reply in hand: the side held
         self._scopes: dict[Call, trio.CancelScope] = {}
         self._cancelled: set[Transit] = set()  # queued requests cancelled before their turn
-        self._outbox: list[tuple[str, str, Any]] | None = None  # an inline hook's own messages
-        self._inline: Call | None = None
+        self._inline: Call | None = None  # the call an inline hook is visiting right now
+        self._outbox: list[tuple[str, str, Any]] = []  # ... and its own messages, sent after
         # (serverId, requestId) of the plugin's own open mcp/message requests -> listener
         self.mcp_listeners: dict[tuple[Any, Any], Callable[[dict[str, Any]], None]] = {}
 
@@ -211,9 +213,6 @@ class PluginHost:
         hook = None if func is None else _Hook(func)
         self._by_method[method] = hook
         return hook
-
-    def wants(self, method: str) -> bool:
-        return self._hook_for(method) is not None
 
     # ------------------------------------------------------- the router's side
 
@@ -315,10 +314,10 @@ class PluginHost:
     def _visit(self, t: Transit, call: Call, hook: _Hook) -> bool:
         """Run a hook that cannot suspend, right here; True when `t` goes on."""
         snapshot = t.snapshot()
-        self._outbox, self._inline = [], call
+        self._inline = call
         try:
             result = hook.func(call)
-            if inspect.iscoroutine(result):
+            if hook.coroutine or inspect.iscoroutine(result):
                 _run_to_completion(result, hook.name)
         except Exception as exc:
             self._send_outbox()
@@ -328,7 +327,10 @@ class PluginHost:
                 return False
             _restore(t)
             return True
-        self._send_outbox()
+        if self._outbox:
+            self._send_outbox()
+        else:
+            self._inline = None
         if call.answered:
             assert call.answer is not None
             self._answer(t, call.answer)
@@ -363,8 +365,10 @@ class PluginHost:
         return True
 
     def _send_outbox(self) -> None:
-        outbox, self._outbox, self._inline = self._outbox, None, None
-        for to, method, params in outbox or ():
+        outbox = self._outbox[:]
+        self._outbox.clear()
+        self._inline = None
+        for to, method, params in outbox:
             self._send(to, method, None, params)
 
     async def _run_hook(self, hook: _Hook, call: Call) -> None:
@@ -624,7 +628,7 @@ class PluginHost:
         return waiter.reply
 
     def own_notification(self, to: str, method: str, params: Any) -> None:
-        if self._outbox is not None:
+        if self._inline is not None:
             self._outbox.append((to, method, params))  # sent when the inline hook returns
             return
         self._send(to, method, None, params)

@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from conftest import JsonRpcTalk
 
 from conductor.flow import Flow
 from conductor.links import ByteLink, Link, PluginLink
@@ -38,9 +39,10 @@ async def settle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
-class End:
+class End(JsonRpcTalk):
     """One peer of a memory chain: what it sends goes into the router, what the router
-    sends it is kept until a test takes it."""
+    sends it is kept until a test takes it (or reads it: `request`, `response` and the
+    rest of the test peers' vocabulary work here too)."""
 
     def __init__(self, chain: MemoryChain, name: str) -> None:
         self.chain = chain
@@ -57,17 +59,10 @@ class End:
     def send(self, message: Any) -> None:
         self.send_raw(json.dumps(message, separators=(",", ":")).encode())
 
-    def request(self, id: Any, method: str, params: Any = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-
-    def notify(self, method: str, params: Any = None) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
+    def read(self, timeout: float = 0.0) -> Any:
+        """The next message the router handed this peer (there must be one: nothing waits)."""
+        assert self.received, f"{self.name} got nothing"
+        return json.loads(self.received.pop(0))
 
     def respond(self, id: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": id, "result": result})
