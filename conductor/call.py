@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .protocol import AGENT, EDITOR, MCP_MESSAGE, other_side
+from .protocol import AGENT, EDITOR, INTERNAL_ERROR, MCP_MESSAGE, other_side
 
 __all__ = ["Call", "Context", "Host", "ProxyRequestError", "Reply"]
 
@@ -238,6 +238,6 @@ class Context:
             self._host.mcp_listeners.pop(key, None)
         if not isinstance(outcome, dict) or not ("result" in outcome or "error" in outcome):
             raise ProxyRequestError(
-                {"code": -32603, "message": f"malformed mcp/message outcome: {outcome!r}"}
+                {"code": INTERNAL_ERROR, "message": f"malformed mcp/message outcome: {outcome!r}"}
             )
         return outcome

@@ -15,6 +15,7 @@ import orjson
 import trio
 
 from .framing import LineSplitter
+from .protocol import INTERNAL_ERROR
 from .wsio import ConnectionClosed, WebSocketConnection, describe_close
 
 log = logging.getLogger("conductor.client")
@@ -147,7 +148,7 @@ class ClientConnection:
         except RpcError as exc:
             reply["error"] = exc.error
         except Exception as exc:  # a handler bug must still answer the peer
-            reply["error"] = {"code": -32603, "message": f"client error: {exc}"}
+            reply["error"] = {"code": INTERNAL_ERROR, "message": f"client error: {exc}"}
         await self.send(reply)
 
 

@@ -26,6 +26,14 @@ import orjson
 from conductor import __version__
 from conductor.demo_mcp import McpError, StdioMcpClient, call_tool
 
+from .protocol import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+)
+
 JsonObj = dict[str, Any]
 RequestId = int | str | None
 RequestHandler = Callable[[RequestId, Any], JsonObj | None]
@@ -37,12 +45,7 @@ SLOW_DELAY = 0.2
 TOOL_POLL = 0.02  # how often the loop looks for a finished tool call while one runs
 TOOL_PREFIX = "use tool "
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 RESOURCE_NOT_FOUND = -32002
-REQUEST_CANCELLED = -32800
 
 PERMISSION_OPTIONS = [
     {"optionId": "allow", "name": "Allow once", "kind": "allow_once"},

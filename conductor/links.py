@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import wire
-from .protocol import UNDERSCORE_WIRE, Dialect
+from .protocol import LEGACY_WIRE, PLAIN_WIRE, UNDERSCORE_WIRE, Dialect
 
 __all__ = ["Answer", "ByteLink", "Link", "NodeHost", "PluginLink", "RouterPort", "Transit"]
 
@@ -263,11 +263,7 @@ class Link:
         self.name = name
         self.is_proxy = is_proxy
         self.dialect = dialect
-        self.init_method, self.wrapper = (
-            (b'"proxy/initialize"', b'"proxy/successor"')
-            if dialect == Dialect.PLAIN
-            else UNDERSCORE_WIRE
-        )
+        self.init_method, self.wrapper = PLAIN_WIRE if dialect == Dialect.PLAIN else UNDERSCORE_WIRE
         self.next_id = 0
         self.pending: dict[int, Transit] = {}  # our request id on this link -> the route back
         # its request id -> (the link holding it now, the id there, the side it arrived from there)
@@ -282,7 +278,7 @@ class Link:
     def wrapper_for(self, request: bool) -> bytes:
         """The quoted envelope method for a message delivered to this proxy from below."""
         if self.dialect == Dialect.LEGACY:
-            return b'"_proxy/successor/request"' if request else b'"_proxy/successor/notification"'
+            return LEGACY_WIRE[0] if request else LEGACY_WIRE[1]
         return self.wrapper
 
     def deliver(

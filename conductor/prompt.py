@@ -23,6 +23,7 @@ import trio
 from . import __version__, wsio
 from .acp import permission_options, permission_title
 from .client import ClientConnection, ConnectionLost, RpcError, WebSocketClientConnection
+from .protocol import METHOD_NOT_FOUND
 
 STOP_STATUS = {"end_turn": 0, "max_tokens": 3, "max_turn_requests": 3, "refusal": 4, "cancelled": 5}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -175,7 +176,7 @@ class PromptClient:
         if method == "session/request_permission":
             self.arrived()
             return {"outcome": await self.decide_permission(params or {})}
-        raise RpcError({"code": -32601, "message": "Method not found", "data": method})
+        raise RpcError({"code": METHOD_NOT_FOUND, "message": "Method not found", "data": method})
 
     async def decide_permission(self, params: dict[str, Any]) -> dict[str, Any]:
         options = permission_options(params)

@@ -273,7 +273,11 @@ class Router:
         if "id" in obj:
             key = obj["id"]
             raw_id = msg.raw_id()
-            if type(key) not in (int, str) and key is not None:
+            if (
+                type(key) not in (int, str)
+                and key is not None
+                and not (type(key) is float and raw_id.lstrip(b"-").isdigit())  # a huge integer
+            ):
                 self._invalid(link, batch, raw_id, "'id' must be a number or string")
                 return
         if type(method) is not str:

@@ -41,7 +41,7 @@ from .plugin import PluginError
 from .process import become_subreaper, kill_adopted_orphans, reap_exited_orphans
 from .runner import ChainRunner
 from .trace import Tracer
-from .wsio import ACP_PATH, Corker, PauseGate, WsWriter, describe_close, frame_to_line
+from .wsio import ACP_PATH, WS_QUEUE, Corker, PauseGate, WsWriter, describe_close, frame_to_line
 
 log = logging.getLogger("conductor.serve")
 
@@ -402,7 +402,7 @@ class Server:
                 request = await trio_websocket.wrap_server_stream(
                     nursery,
                     stream,
-                    message_queue_size=64,
+                    message_queue_size=WS_QUEUE,
                     max_message_size=options.max_frame_size,
                     receive_buffer_size=RECEIVE_SIZE,
                 )

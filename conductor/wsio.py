@@ -26,6 +26,7 @@ from .loop import Loop
 
 __all__ = [
     "MAX_MESSAGE",
+    "WS_QUEUE",
     "CloseReason",
     "ConnectError",
     "ConnectionClosed",
@@ -44,6 +45,9 @@ ACP_PATH = "/acp"
 CONNECT_TIMEOUT = 10.0
 CORK_LIMIT = 1 << 20  # bytes framed before a held-back burst is sent
 MAX_MESSAGE = 1 << 30  # what we accept from a server we connected to: as much as a pipe line
+# Frames trio-websocket may hold before we read them: with flow control pausing our reading,
+# this (times the frame size limit) is what a WebSocket peer can make us buffer.
+WS_QUEUE = 16
 CLOSE_NAMES = {
     1000: "normal closure",
     1001: "going away",
@@ -277,7 +281,7 @@ async def connection(
                     context,
                     extra_headers=extra,
                     max_message_size=max_message_size,
-                    message_queue_size=64,
+                    message_queue_size=WS_QUEUE,
                     connect_timeout=CONNECT_TIMEOUT,
                     disconnect_timeout=2.0,
                 )

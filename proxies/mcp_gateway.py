@@ -24,6 +24,7 @@ from conductor.mcp_tools import (
     META_VERSION,
 )
 from conductor.plugin import Context, ProxyRequestError
+from conductor.protocol import INVALID_REQUEST
 
 __all__ = ["LEGACY_VERSIONS", "Client", "Endpoint", "Gateway"]
 
@@ -31,7 +32,6 @@ __all__ = ["LEGACY_VERSIONS", "Client", "Endpoint", "Gateway"]
 LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 # Result members only the 2026 revision defines: not shown to handshake-era clients.
 MODERN_ONLY = ("resultType", "ttlMs", "cacheScope")
-INVALID_REQUEST = -32600
 
 Emit = Callable[[dict[str, Any]], None]
 

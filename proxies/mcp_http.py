@@ -23,23 +23,23 @@ import h11
 import orjson
 import trio
 
+from conductor.protocol import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+
 from .mcp_gateway import Client, Endpoint, Gateway, error, is_modern
 
 log = logging.getLogger("conductor")
 
 HEADER_MISMATCH = -32020
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 # Inner error codes a 2026 client expects as HTTP statuses rather than 200.
 STATUS_OF_ERROR = {
-    -32700: 400,
-    -32600: 400,
-    -32602: 400,
-    -32020: 400,
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
     -32021: 400,
     -32022: 400,
-    -32601: 404,
+    METHOD_NOT_FOUND: 404,
 }
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 READ_SIZE = 65536
