@@ -38,6 +38,9 @@ def _nothing() -> None:
     return None
 
 
+Burst = tuple["Peer | None", "list[Peer] | None"]  # the state `Flow.begin` saves
+
+
 class Peer:
     """One party of the chain as flow control sees it: a backlog toward it (sink side) and
     the reading of its messages (source side)."""
@@ -90,24 +93,22 @@ class Flow:
 
     def __init__(self) -> None:
         self.current: Peer | None = None  # the source whose messages are being routed
-        self._touched: list[Peer] = []  # destinations over high water written in this burst
+        self._touched: list[Peer] | None = None  # congested destinations written in this burst
         self.refused = 0  # pauses not taken because they would have deadlocked (a statistic)
 
-    def begin(self, source: Peer | None) -> Peer | None:
-        """Messages from `source` are being routed; returns the previous source for `end`."""
-        previous = self.current
+    def begin(self, source: Peer | None) -> Burst:
+        """Messages from `source` are being routed; returns what `end` restores (a burst may
+        happen inside another's: each is charged to its own source)."""
+        outer = (self.current, self._touched)
         self.current = source
-        return previous
+        self._touched = None
+        return outer
 
-    def end(self, previous: Peer | None = None) -> None:
+    def end(self, outer: Burst | None = None) -> None:
         """The burst is over: pause its source on each congested destination it fed."""
-        source = self.current
-        self.current = previous
-        touched = self._touched
-        if not touched:
-            return
-        self._touched = []
-        if source is None:
+        source, touched = self.current, self._touched
+        self.current, self._touched = outer if outer is not None else (None, None)
+        if not touched or source is None:
             return
         for sink in touched:
             if sink.backlog > HIGH_WATER and sink not in source.waits_on:
@@ -117,7 +118,10 @@ class Flow:
         """`size` bytes were queued for `sink`."""
         sink.backlog += size
         if sink.backlog > HIGH_WATER and self.current is not None:
-            self._touched.append(sink)
+            if self._touched is None:
+                self._touched = [sink]
+            else:
+                self._touched.append(sink)
 
     def sent(self, sink: Peer, size: int) -> None:
         """`sink` took `size` bytes of its backlog."""

@@ -285,7 +285,13 @@ class Router:
             return
         params = obj.get("params")
         if params is not None and type(params) not in (dict, list):
-            self._invalid(link, batch, raw_id or b"null", "'params' must be an object or an array")
+            why = "'params' must be an object or an array"
+            if raw_id is not None and link is not self.editor:
+                # A component's request: answered, or it would wait for ever.
+                log.warning("%s sent an invalid request: %s", link.name, why)
+                self._refuse(link, raw_id, why, INVALID_REQUEST)
+            else:
+                self._invalid(link, batch, raw_id or b"null", why)
             return
 
         if link is self.editor and not (self.proxy_mode and method in SUCCESSOR):
@@ -708,6 +714,10 @@ class Router:
                 log.warning(
                     "%s sent mcp/message for unknown server %r (dropped)", t.source.name, server_id
                 )
+            elif provider == sender:
+                # The provider's own notification for a request no longer open: nobody to tell.
+                log.debug("mcp/message notification for a closed request (dropped)")
+                return None
             return provider
         provider = self.mcp_providers.get(server_id) if isinstance(server_id, str) else None
         if provider is None:
@@ -957,27 +967,34 @@ class Router:
 
 
 def _legacy_offer(params: bytes | None) -> bytes:
-    """Initialize params with `_meta.proxy: true` (the older draft's proxy role offer)."""
-    value = {} if params is None else orjson.loads(params)
+    """Initialize params with `_meta.proxy: true` (the older draft's proxy role offer); every
+    other byte of them as it was."""
+    if params is None:
+        return b'{"_meta":{"proxy":true}}'
+    old = wire.parse(params)
+    if type(old) is not dict:
+        return params
+    value = wire.parse(params)
     meta = value.get("_meta")
     value["_meta"] = {**(meta if type(meta) is dict else {}), "proxy": True}
-    return orjson.dumps(value)
+    return wire.encode_preserving(params, old, value)
 
 
 def _legacy_withdraw(payload: bytes, what: str) -> bytes:
-    """The payload without `_meta.proxy` (hop-local in the older draft); re-encoded only
-    when it is there."""
-    value = orjson.loads(payload)
-    meta = value.get("_meta") if type(value) is dict else None
+    """The payload without `_meta.proxy` (hop-local in the older draft); every other byte of
+    it as it was."""
+    old = wire.parse(payload)
+    meta = old.get("_meta") if type(old) is dict else None
     if type(meta) is not dict or "proxy" not in meta:
         return payload
+    value = wire.parse(payload)
     rest = {k: v for k, v in meta.items() if k != "proxy"}
     if rest:
         value["_meta"] = rest
     else:
         del value["_meta"]
     log.debug("removed the hop-local _meta.proxy from an initialize %s", what)
-    return orjson.dumps(value)
+    return wire.encode_preserving(payload, old, value)
 
 
 def _mcp_key(params: dict[str, Any]) -> tuple[str, str]:

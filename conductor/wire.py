@@ -54,7 +54,7 @@ _COMPACT_ID = b'{"jsonrpc":"2.0","id":'
 _COMPACT_ID_LEN = len(_COMPACT_ID)
 _DIGITS = frozenset(b"-0123456789")
 _COMPACT_ENVELOPE = re.compile(
-    rb'\{"jsonrpc":"2\.0",(?:"id":(?:-?[0-9]+|'
+    rb'\{"jsonrpc":"2\.0",("id":(?:-?[0-9]+|'
     + _STR
     + rb'),)?"method":'
     + _STR
@@ -337,14 +337,14 @@ class Message:
         envelope = self.obj["params"]
         raw = self.raw
         m = _COMPACT_ENVELOPE.match(raw)
-        if m is not None and len(self.obj) == (4 if "id" in self.obj else 3):
-            # Compact and in the usual order: found without scanning anything.
-            if m.start(2) < 0:
+        if m is not None and len(self.obj) == (4 if m.start(1) >= 0 else 3):
+            # Compact and in the usual order (the envelope last): found without scanning.
+            if m.start(3) < 0:
                 if len(envelope) == 1:
-                    return m.group(1), None
+                    return m.group(2), None
             elif len(envelope) == 2:
                 close = _closing(raw, _closing(raw, len(raw)))  # the envelope's closing brace
-                return m.group(1), raw[m.end() : _before_blank(raw, close)]
+                return m.group(2), raw[m.end() : _before_blank(raw, close)]
         start, end = self.spans["params"]
         m = _INNER_HEAD.match(raw, start)
         if m is not None:
@@ -401,18 +401,25 @@ def encode_preserving(raw: bytes, old: Any, new: Any) -> bytes:
 
 
 def _preserved_items(raw: bytes, old: list[Any], new: list[Any]) -> list[bytes]:
-    """The elements of `new`: each one equal to an element of `old` keeps that element's
-    bytes (so inserting, removing or moving elements re-spells nothing); one changed in
-    place is re-encoded where it differs."""
+    """The elements of `new`: one still equal to the element at its index keeps that
+    element's bytes; one equal to another element of `old` (inserted before, moved) keeps
+    that one's; one changed in place is re-encoded where it differs."""
     items = array_items(raw)
+    keys = [_key_of(value) for value in old]
+    new_keys = [_key_of(value) for value in new]
+    in_place = {i for i, key in enumerate(new_keys) if i < len(keys) and keys[i] == key}
     unused: dict[bytes, list[int]] = {}
-    for index, value in enumerate(old):
-        unused.setdefault(_key_of(value), []).append(index)
+    for index, key in enumerate(keys):
+        if index not in in_place:
+            unused.setdefault(key, []).append(index)
     parts = []
     for index, value in enumerate(new):
-        same = unused.get(_key_of(value))
-        if same:
-            start, end = items[same.pop(0)]
+        found = index if index in in_place else None
+        if found is None:
+            same = unused.get(new_keys[index])
+            found = same.pop(0) if same else None
+        if found is not None:
+            start, end = items[found]
             parts.append(raw[start:end])
         elif index < len(old) and type(old[index]) is type(value):
             start, end = items[index]

@@ -26,6 +26,7 @@ import trio
 import trio.testing
 from conftest import JsonRpcTalk
 
+from conductor import wire
 from conductor.flow import Flow
 from conductor.links import ByteLink, Link, PluginLink
 from conductor.plugin_host import PluginHost
@@ -49,6 +50,8 @@ class End(JsonRpcTalk):
         self.name = name
         self.received: list[bytes] = []
         self.link: Link | None = None
+        self._came_from_below: dict[Any, bool] = {}  # relay(): where each request came from
+        self._plain = False  # relay(): spoken to in the plain dialect
 
     # ------------------------------------------------------------- sending
 
@@ -96,6 +99,49 @@ class End(JsonRpcTalk):
         messages = self.take()
         assert len(messages) == 1, f"{self.name} got {messages}"
         return messages[0]
+
+    # ------------------------------------------------------------ relaying
+
+    def relay(self) -> list[Any]:
+        """Act as a pass-through proxy for what this peer got since the last take: a plain
+        request or notification (from its predecessor) goes on wrapped in `_proxy/successor`
+        (in the dialect it was spoken to in), a wrapped one (from its successor) goes back
+        plain, a response answers the request it was the answer to, a cancel is passed on
+        to the side the cancelled request went to. Params and results keep their exact
+        bytes, and each id is kept: the ids a proxy sends are its own, so the conductor's
+        ids serve as the proxy's. Returns what it got, parsed."""
+        got = []
+        for raw in self.take_raw():
+            message = json.loads(raw)
+            got.append(message)
+            method = message.get("method")
+            params = _member(raw, message, "params")
+            if method is None:
+                self.send_raw(raw)  # our request with this id gets the same answer
+            elif method == "$/cancel_request":
+                request_id = message["params"]["requestId"]
+                if self._came_from_below.get(request_id):
+                    self.send_raw(raw)
+                else:
+                    self.send_raw(_envelope(None, "_proxy/successor", method, params))
+            elif method in ("_proxy/successor", "proxy/successor"):
+                assert params is not None
+                inner = json.loads(params)
+                inner_params = _member(params, inner, "params")
+                if "id" in message:
+                    self._came_from_below[message["id"]] = True
+                self.send_raw(_request(message.get("id"), inner["method"], inner_params))
+            else:
+                wrapper = "_proxy/successor"
+                if method == "proxy/initialize" or self._plain:
+                    self._plain = True
+                    wrapper = "proxy/successor"
+                if method.endswith("proxy/initialize"):
+                    method = "initialize"
+                if "id" in message:
+                    self._came_from_below[message["id"]] = False
+                self.send_raw(_envelope(message.get("id"), wrapper, method, params))
+        return got
 
     def __repr__(self) -> str:
         return f"<End {self.name}>"
@@ -187,6 +233,14 @@ class MemoryChain:
         [answer] = self.editor.take()
         assert answer == {"jsonrpc": "2.0", "id": "init", "result": {"protocolVersion": version}}
 
+    def relay(self) -> None:
+        """Let every byte-link proxy pass on what it got (see `End.relay`) until none has
+        anything left: what reaches the editor and the agent stays for the test to take."""
+        proxies = [end for end in self.ends.values() if end.link is not None and end.link.is_proxy]
+        while any(end.received for end in proxies):
+            for end in proxies:
+                end.relay()
+
     def _answer_initialize_back(self, version: int) -> None:
         for end in reversed(list(self.ends.values())):
             for message in end.take():
@@ -196,3 +250,24 @@ class MemoryChain:
 
 def _call_now(fn: Callable[..., Any], *args: Any) -> None:
     fn(*args)
+
+
+def _member(raw: bytes, obj: dict[str, Any], key: str) -> bytes | None:
+    """The exact bytes of a top-level member of the object `raw` spells."""
+    if key not in obj:
+        return None
+    return wire.Message(raw, obj).member(key)
+
+
+def _request(id: Any, method: str, params: bytes | None) -> bytes:
+    head = b'{"jsonrpc":"2.0",'
+    if id is not None:
+        head += b'"id":' + json.dumps(id).encode() + b","
+    head += b'"method":' + json.dumps(method).encode()
+    return head + (b"}" if params is None else b',"params":' + params + b"}")
+
+
+def _envelope(id: Any, wrapper: str, method: str, params: bytes | None) -> bytes:
+    inner = b'{"method":' + json.dumps(method).encode()
+    inner += b"}" if params is None else b',"params":' + params + b"}"
+    return _request(id, wrapper, inner)
